@@ -1,0 +1,183 @@
+//! Admin commands: registering credentials, callers and connections, and
+//! listing them. Separate from the data plane; they write to the store and
+//! the serving process picks the change up from the revision counter.
+
+use url::Url;
+
+use crate::credentials::{injection, Scheme};
+use crate::secrets::{
+    new_caller_token, new_connection_id, token_digest, ExposeSecret, MasterKey, SecretString,
+};
+use crate::store::{credential_aad, NewCredential, Store, StoreError};
+
+/// Why an admin command failed: one line a person can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Credential(#[from] crate::credentials::CredentialError),
+    #[error("invalid name {0:?}: use 1 to 64 letters, digits, '.', '_' or '-'")]
+    BadName(String),
+    #[error("invalid upstream URL {0:?}: {1}")]
+    BadUpstream(String, &'static str),
+    #[error("{0:?} is neither a connection id nor a tessera connection URL")]
+    BadConnection(String),
+}
+
+/// A credential definition as given on the command line.
+pub struct CredentialSpec<'a> {
+    pub name: &'a str,
+    pub upstream: &'a str,
+    pub scheme: Scheme,
+    pub header_name: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub secret: SecretString,
+}
+
+fn check_name(name: &str) -> Result<(), AdminError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    ok.then_some(())
+        .ok_or_else(|| AdminError::BadName(name.to_string()))
+}
+
+/// Validate an upstream URL: absolute http(s) with a host, no credentials
+/// in it (they would travel outside the sealed store), no fragment.
+pub fn check_upstream(s: &str) -> Result<Url, AdminError> {
+    let bad = |why| AdminError::BadUpstream(s.to_string(), why);
+    let u = Url::parse(s).map_err(|_| bad("not an absolute URL"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if u.host().is_none() {
+        return Err(bad("it has no host"));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(bad("put credentials in the secret, not in the URL"));
+    }
+    if u.fragment().is_some() {
+        return Err(bad("it has a fragment"));
+    }
+    Ok(u)
+}
+
+/// Register an upstream and its credential; the secret is sealed before it
+/// leaves this function.
+pub async fn credential_add(
+    store: &Store,
+    key: &MasterKey,
+    spec: CredentialSpec<'_>,
+) -> Result<(), AdminError> {
+    check_name(spec.name)?;
+    let url = check_upstream(spec.upstream)?;
+    // Build the header once now, so a bad secret or scheme is refused at
+    // registration rather than at the first request.
+    injection(spec.scheme, spec.header_name, spec.username, &spec.secret)?;
+    let header_name = match spec.scheme {
+        Scheme::Header => spec.header_name.map(str::to_ascii_lowercase),
+        _ => None,
+    };
+    let sealed = key.seal(&credential_aad(spec.name), &spec.secret);
+    store
+        .add_credential(NewCredential {
+            name: spec.name,
+            upstream: url.as_str(),
+            scheme: spec.scheme,
+            header_name: header_name.as_deref(),
+            username: if spec.scheme == Scheme::Basic {
+                spec.username
+            } else {
+                None
+            },
+            sealed,
+        })
+        .await?;
+    Ok(())
+}
+
+/// Create a caller; returns its token, the only time it exists in clear.
+pub async fn caller_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
+    check_name(name)?;
+    let token = new_caller_token();
+    store
+        .add_caller(name, &token_digest(token.expose_secret().as_bytes()))
+        .await?;
+    Ok(token)
+}
+
+pub async fn caller_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
+    Ok(store.revoke_caller(name).await?)
+}
+
+/// The connection URL for an id.
+pub fn connection_url(public_url: &Url, id: &str) -> String {
+    format!("{}/c/{id}", public_url.as_str().trim_end_matches('/'))
+}
+
+/// Allocate an address binding `caller` to `credential`; returns its URL.
+pub async fn connection_add(
+    store: &Store,
+    public_url: &Url,
+    caller: &str,
+    credential: &str,
+) -> Result<String, AdminError> {
+    let id = new_connection_id();
+    store.add_connection(&id, caller, credential).await?;
+    Ok(connection_url(public_url, &id))
+}
+
+/// The id in `ID_OR_URL`: a bare id, or a URL whose path is `/c/<id>`.
+pub fn connection_id(id_or_url: &str) -> Result<&str, AdminError> {
+    let bad = || AdminError::BadConnection(id_or_url.to_string());
+    let id = match id_or_url.find("/c/") {
+        Some(i) if id_or_url.contains("://") => id_or_url[i + 3..].trim_end_matches('/'),
+        _ => id_or_url,
+    };
+    let ok = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    ok.then_some(id).ok_or_else(bad)
+}
+
+pub async fn connection_revoke(store: &Store, id_or_url: &str) -> Result<(), AdminError> {
+    Ok(store.revoke_connection(connection_id(id_or_url)?).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_urls() {
+        assert!(check_name("github-prod_1.x").is_ok());
+        for bad in ["", "a b", "a/b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err());
+        }
+        assert!(check_upstream("https://api.example/mcp").is_ok());
+        for bad in [
+            "api.example",
+            "ftp://a",
+            "https://u:p@a/",
+            "http://a/#f",
+            "file:///etc",
+        ] {
+            assert!(check_upstream(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn connection_ids() {
+        assert_eq!(connection_id("abc").unwrap(), "abc");
+        assert_eq!(
+            connection_id("http://127.0.0.1:7470/c/abc_-1").unwrap(),
+            "abc_-1"
+        );
+        assert!(connection_id("http://h/c/a/b").is_err());
+        assert!(connection_id("a b").is_err());
+    }
+}

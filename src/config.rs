@@ -1,0 +1,209 @@
+//! Configuration of the data plane: a validated `ServeConfig` built by a
+//! pure function from the values the command line and environment gave,
+//! so that bad settings stop the process before any port is bound, with a
+//! message naming the setting.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use url::Url;
+
+/// Defaults, in one place.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7470";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// A setting that cannot be used, named by its flag.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("--public-url {0:?} is not an absolute http(s) URL without path, query or fragment")]
+    PublicUrl(String),
+    #[error("--allowed-origin {0:?} is not an origin (scheme://host[:port])")]
+    Origin(String),
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+}
+
+/// The settings `tessera serve` runs with.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    /// The base of every connection URL handed to agents.
+    pub public_url: Url,
+    /// Browser origins allowed to call tessera; requests with any other
+    /// `Origin` get 403. Requests without `Origin` (non-browser) pass.
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub connect_timeout: Duration,
+    /// How long to wait for an upstream's response headers (504 after).
+    pub upstream_timeout: Duration,
+    /// How long a pooled upstream connection may sit idle before closing.
+    pub idle_timeout: Duration,
+    /// How often the store's revision is polled for changes.
+    pub refresh_interval: Duration,
+}
+
+/// The raw values, as given (flags or environment; clap merged them).
+#[derive(Debug, Clone)]
+pub struct RawServe {
+    pub listen: SocketAddr,
+    pub public_url: Option<String>,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub connect_timeout_ms: u64,
+    pub upstream_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub refresh_ms: u64,
+}
+
+/// The public URL from the listen address when none was given: an
+/// unspecified bind address (0.0.0.0, ::) is shown as loopback.
+pub fn default_public_url(listen: SocketAddr) -> Url {
+    let host = match listen.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_string(),
+        ip if ip.is_unspecified() => "[::1]".to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    Url::parse(&format!("http://{host}:{}", listen.port())).expect("a socket address is a URL host")
+}
+
+/// Validate a public URL: http(s), a host, no path beyond `/`, no query.
+pub fn parse_public_url(s: &str) -> Result<Url, ConfigError> {
+    let err = || ConfigError::PublicUrl(s.to_string());
+    let u = Url::parse(s.trim_end_matches('/')).map_err(|_| err())?;
+    let ok = matches!(u.scheme(), "http" | "https")
+        && u.host().is_some()
+        && u.path() == "/"
+        && u.query().is_none()
+        && u.fragment().is_none()
+        && u.username().is_empty()
+        && u.password().is_none();
+    ok.then_some(u).ok_or_else(err)
+}
+
+/// Normalise an origin to `scheme://host[:port]`, lowercase.
+fn parse_origin(s: &str) -> Result<String, ConfigError> {
+    let err = || ConfigError::Origin(s.to_string());
+    let u = Url::parse(s).map_err(|_| err())?;
+    if u.path() != "/" || u.query().is_some() || u.host().is_none() {
+        return Err(err());
+    }
+    Ok(u.origin().ascii_serialization())
+}
+
+/// Build the validated config.
+pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
+    let public_url = match raw.public_url.as_deref() {
+        Some(s) => parse_public_url(s)?,
+        None => default_public_url(raw.listen),
+    };
+    let allowed_origins = raw
+        .allowed_origins
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(parse_origin)
+        .collect::<Result<_, _>>()?;
+    let ms = |v: u64, name| {
+        if v == 0 {
+            Err(ConfigError::Zero(name))
+        } else {
+            Ok(Duration::from_millis(v))
+        }
+    };
+    if raw.max_body_bytes == 0 {
+        return Err(ConfigError::Zero("--max-body-bytes"));
+    }
+    Ok(ServeConfig {
+        listen: raw.listen,
+        public_url,
+        allowed_origins,
+        max_body_bytes: raw.max_body_bytes,
+        connect_timeout: ms(raw.connect_timeout_ms, "--connect-timeout-ms")?,
+        upstream_timeout: ms(raw.upstream_timeout_ms, "--upstream-timeout-ms")?,
+        idle_timeout: ms(raw.idle_timeout_ms, "--idle-timeout-ms")?,
+        refresh_interval: ms(raw.refresh_ms, "--refresh-ms")?,
+    })
+}
+
+impl ServeConfig {
+    /// A config for tests and embedding: the given listen address, defaults
+    /// for everything else.
+    pub fn for_listen(listen: SocketAddr) -> Self {
+        parse_serve(RawServe::defaults(listen)).expect("defaults are valid")
+    }
+}
+
+impl RawServe {
+    pub fn defaults(listen: SocketAddr) -> Self {
+        RawServe {
+            listen,
+            public_url: None,
+            allowed_origins: vec![],
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            connect_timeout_ms: 5_000,
+            upstream_timeout_ms: 60_000,
+            idle_timeout_ms: 90_000,
+            refresh_ms: 250,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawServe {
+        RawServe::defaults("127.0.0.1:7470".parse().unwrap())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse_serve(raw()).unwrap();
+        assert_eq!(c.public_url.as_str(), "http://127.0.0.1:7470/");
+        let c = parse_serve(RawServe::defaults("0.0.0.0:80".parse().unwrap())).unwrap();
+        assert_eq!(c.public_url.as_str(), "http://127.0.0.1/");
+        let c = parse_serve(RawServe::defaults("[::]:9".parse().unwrap())).unwrap();
+        assert_eq!(c.public_url.as_str(), "http://[::1]:9/");
+    }
+
+    #[test]
+    fn public_url_and_origins_validated() {
+        let mut r = raw();
+        r.public_url = Some("https://proxy.example/".into());
+        r.allowed_origins = vec!["https://App.example:8443, http://localhost:3000".into()];
+        let c = parse_serve(r).unwrap();
+        assert_eq!(c.public_url.as_str(), "https://proxy.example/");
+        assert_eq!(
+            c.allowed_origins,
+            ["https://app.example:8443", "http://localhost:3000"]
+        );
+        for bad in [
+            "proxy.example",
+            "ftp://x",
+            "https://x/path",
+            "https://x/?q=1",
+        ] {
+            let mut r = raw();
+            r.public_url = Some(bad.into());
+            assert_eq!(
+                parse_serve(r).unwrap_err(),
+                ConfigError::PublicUrl(bad.into())
+            );
+        }
+        let mut r = raw();
+        r.allowed_origins = vec!["https://a/x".into()];
+        assert!(matches!(parse_serve(r), Err(ConfigError::Origin(_))));
+    }
+
+    #[test]
+    fn zero_durations_refused() {
+        let mut r = raw();
+        r.upstream_timeout_ms = 0;
+        assert_eq!(
+            parse_serve(r).unwrap_err(),
+            ConfigError::Zero("--upstream-timeout-ms")
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Upstream credentials: how a stored secret becomes the one header that is
+//! injected into every forwarded request.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use http::{HeaderName, HeaderValue};
+
+use crate::secrets::{ExposeSecret, SecretString};
+
+/// How a secret is presented to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `Authorization: Bearer <secret>`
+    Bearer,
+    /// `Authorization: Basic base64(<username>:<secret>)`
+    Basic,
+    /// `<header-name>: <secret>`
+    Header,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Bearer => "bearer",
+            Scheme::Basic => "basic",
+            Scheme::Header => "header",
+        }
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = CredentialError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "bearer" => Ok(Scheme::Bearer),
+            "basic" => Ok(Scheme::Basic),
+            "header" => Ok(Scheme::Header),
+            _ => Err(CredentialError::UnknownScheme(s.to_string())),
+        }
+    }
+}
+
+/// Why a credential definition is unusable. Never carries the secret.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CredentialError {
+    #[error("unknown scheme {0:?}: expected bearer, basic or header")]
+    UnknownScheme(String),
+    #[error("--scheme header needs --header-name")]
+    MissingHeaderName,
+    #[error("--scheme basic needs --username")]
+    MissingUsername,
+    #[error("invalid header name {0:?}")]
+    BadHeaderName(String),
+    #[error("header {0:?} cannot carry an upstream credential: tessera strips or sets it itself")]
+    ReservedHeaderName(String),
+    #[error("the secret is empty")]
+    EmptySecret,
+    #[error("the secret contains characters that cannot be sent in an HTTP header (control characters or newlines)")]
+    BadSecret,
+    #[error("basic-auth username must not contain ':' or control characters")]
+    BadUsername,
+}
+
+/// The header a credential injects, with the value marked sensitive so that
+/// hyper's HPACK encoder and any Debug output treat it as such.
+#[derive(Clone)]
+pub struct Injection {
+    pub name: HeaderName,
+    pub value: HeaderValue,
+}
+
+impl std::fmt::Debug for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Injection({}: <redacted>)", self.name)
+    }
+}
+
+/// Validate a header name given for `--scheme header`.
+pub fn parse_header_name(h: &str) -> Result<HeaderName, CredentialError> {
+    let name = HeaderName::from_bytes(h.as_bytes())
+        .map_err(|_| CredentialError::BadHeaderName(h.to_string()))?;
+    if crate::forward::is_reserved_request_header(&name) {
+        return Err(CredentialError::ReservedHeaderName(h.to_string()));
+    }
+    Ok(name)
+}
+
+/// Build the injected header for a scheme and secret.
+pub fn injection(
+    scheme: Scheme,
+    header_name: Option<&str>,
+    username: Option<&str>,
+    secret: &SecretString,
+) -> Result<Injection, CredentialError> {
+    let s = secret.expose_secret();
+    if s.is_empty() {
+        return Err(CredentialError::EmptySecret);
+    }
+    let (name, raw) = match scheme {
+        Scheme::Bearer => (http::header::AUTHORIZATION, format!("Bearer {s}")),
+        Scheme::Basic => {
+            let u = username.ok_or(CredentialError::MissingUsername)?;
+            if u.contains(':') || u.chars().any(char::is_control) {
+                return Err(CredentialError::BadUsername);
+            }
+            let enc = STANDARD.encode(format!("{u}:{s}"));
+            (http::header::AUTHORIZATION, format!("Basic {enc}"))
+        }
+        Scheme::Header => {
+            let h = header_name.ok_or(CredentialError::MissingHeaderName)?;
+            (parse_header_name(h)?, s.to_string())
+        }
+    };
+    let mut value = HeaderValue::from_str(&raw).map_err(|_| CredentialError::BadSecret)?;
+    value.set_sensitive(true);
+    Ok(Injection { name, value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(s: &str) -> SecretString {
+        SecretString::from(s.to_string())
+    }
+
+    #[test]
+    fn bearer_basic_and_header() {
+        let b = injection(Scheme::Bearer, None, None, &secret("t0k")).unwrap();
+        assert_eq!(b.name, "authorization");
+        assert_eq!(b.value, "Bearer t0k");
+        assert!(b.value.is_sensitive());
+        let b = injection(Scheme::Basic, None, Some("al"), &secret("pw")).unwrap();
+        assert_eq!(b.value, "Basic YWw6cHc=");
+        let h = injection(Scheme::Header, Some("X-Api-Key"), None, &secret("k")).unwrap();
+        assert_eq!(h.name, "x-api-key");
+        assert_eq!(h.value, "k");
+    }
+
+    #[test]
+    fn refusals_name_the_problem() {
+        assert_eq!(
+            injection(Scheme::Header, None, None, &secret("k")).unwrap_err(),
+            CredentialError::MissingHeaderName
+        );
+        assert_eq!(
+            injection(Scheme::Basic, None, None, &secret("k")).unwrap_err(),
+            CredentialError::MissingUsername
+        );
+        assert_eq!(
+            injection(Scheme::Bearer, None, None, &secret("a\nb")).unwrap_err(),
+            CredentialError::BadSecret
+        );
+        assert_eq!(
+            injection(Scheme::Header, Some("Host"), None, &secret("k")).unwrap_err(),
+            CredentialError::ReservedHeaderName("Host".into())
+        );
+        assert_eq!(
+            injection(Scheme::Bearer, None, None, &secret("")).unwrap_err(),
+            CredentialError::EmptySecret
+        );
+    }
+
+    #[test]
+    fn debug_redacts_the_value() {
+        let b = injection(Scheme::Bearer, None, None, &secret("t0psecret")).unwrap();
+        assert!(!format!("{b:?}").contains("t0psecret"));
+    }
+}

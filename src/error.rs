@@ -1,0 +1,180 @@
+//! The one error type at the request boundary, and the one function that
+//! turns it into an HTTP status and a JSON-RPC error body.
+//!
+//! Refusals are everyday events (a wrong token, a probe of a random
+//! address): their variants carry no data and their messages are static
+//! strings, so refusing costs no formatting beyond the response body.
+//! No variant ever holds a secret.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use serde_json::value::RawValue;
+
+use crate::body::{full, ProxyBody};
+
+/// Why tessera answered a request itself instead of forwarding it.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    // ---- refused before anything was loaded -------------------------------
+    #[error("method not allowed: tessera forwards POST, GET and DELETE only")]
+    MethodNotAllowed,
+    #[error("not found: no connection at this address")]
+    NotFound,
+    #[error("forbidden: the Origin header is not in tessera's allowed origins")]
+    ForbiddenOrigin,
+    #[error("forbidden: the Host header names neither tessera's public host nor a loopback name")]
+    ForbiddenHost,
+    // ---- the caller ------------------------------------------------------
+    #[error(
+        "unauthorized: send the caller token tessera issued as 'Authorization: Bearer <token>'"
+    )]
+    Unauthorized,
+    #[error("forbidden: {0}")]
+    Denied(&'static str),
+    #[error("request body too large: the limit is {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("parse error: the request body is not valid JSON")]
+    ParseError,
+    #[error("invalid request: {0}")]
+    InvalidRequest(&'static str),
+    #[error("reading the request body failed")]
+    RequestBody,
+    // ---- the upstream ----------------------------------------------------
+    #[error(
+        "upstream unreachable for credential {credential:?}: could not connect to the MCP server"
+    )]
+    UpstreamUnreachable { credential: String },
+    #[error(
+        "upstream timeout for credential {credential:?}: the MCP server did not answer in time"
+    )]
+    UpstreamTimeout { credential: String },
+    #[error("the upstream rejected the stored credential {credential:?} for this connection (HTTP {status}); ask the admin to check or replace it")]
+    CredentialRejected { credential: String, status: u16 },
+    #[error(
+        "upstream error for credential {credential:?}: the MCP server broke the HTTP exchange"
+    )]
+    UpstreamProtocol { credential: String },
+}
+
+impl ProxyError {
+    /// The HTTP status for this error.
+    pub fn status(&self) -> StatusCode {
+        use ProxyError::*;
+        match self {
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            NotFound => StatusCode::NOT_FOUND,
+            ForbiddenOrigin | ForbiddenHost | Denied(_) => StatusCode::FORBIDDEN,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
+            UpstreamUnreachable { .. } | CredentialRejected { .. } | UpstreamProtocol { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+            UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The JSON-RPC error code: the standard ones where they fit, else the
+    /// implementation-defined server-error range.
+    pub fn code(&self) -> i32 {
+        use ProxyError::*;
+        match self {
+            ParseError => -32700,
+            InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed => -32600,
+            Unauthorized => -32001,
+            ForbiddenOrigin | ForbiddenHost | Denied(_) => -32003,
+            NotFound => -32004,
+            UpstreamUnreachable { .. } | UpstreamProtocol { .. } | CredentialRejected { .. } => {
+                -32010
+            }
+            UpstreamTimeout { .. } => -32011,
+        }
+    }
+
+    /// A short label for the access log and, later, metrics.
+    pub fn reason(&self) -> &'static str {
+        use ProxyError::*;
+        match self {
+            MethodNotAllowed => "method",
+            NotFound => "not_found",
+            ForbiddenOrigin => "origin",
+            ForbiddenHost => "host",
+            Unauthorized => "unauthenticated",
+            Denied(_) => "denied",
+            PayloadTooLarge(_) => "too_large",
+            ParseError => "parse",
+            InvalidRequest(_) => "invalid",
+            RequestBody => "request_body",
+            UpstreamUnreachable { .. } => "upstream_unreachable",
+            UpstreamTimeout { .. } => "upstream_timeout",
+            CredentialRejected { .. } => "credential_rejected",
+            UpstreamProtocol { .. } => "upstream_protocol",
+        }
+    }
+
+    /// The response: status, JSON-RPC error body carrying the request's id
+    /// when it could be read (`null` otherwise), and the headers a client
+    /// needs to act (`Allow`, tessera's own `WWW-Authenticate`).
+    pub fn into_response(self, id: Option<&RawValue>) -> Response<ProxyBody> {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": { "code": self.code(), "message": self.to_string() },
+        });
+        let mut resp = Response::new(full(Bytes::from(body.to_string())));
+        *resp.status_mut() = self.status();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        match self {
+            ProxyError::MethodNotAllowed => {
+                h.insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
+            }
+            ProxyError::Unauthorized => {
+                h.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"tessera\""),
+                );
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses() {
+        assert_eq!(ProxyError::MethodNotAllowed.status(), 405);
+        assert_eq!(ProxyError::Unauthorized.status(), 401);
+        assert_eq!(ProxyError::NotFound.status(), 404);
+        assert_eq!(ProxyError::PayloadTooLarge(1).status(), 413);
+        let c = || "gh".to_string();
+        assert_eq!(
+            ProxyError::UpstreamTimeout { credential: c() }.status(),
+            504
+        );
+        assert_eq!(
+            ProxyError::CredentialRejected {
+                credential: c(),
+                status: 401
+            }
+            .status(),
+            502
+        );
+    }
+
+    #[test]
+    fn response_carries_id_and_headers() {
+        let id = RawValue::from_string("7".into()).unwrap();
+        let r = ProxyError::Unauthorized.into_response(Some(&id));
+        assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
+        let r = ProxyError::MethodNotAllowed.into_response(None);
+        assert_eq!(r.headers()["allow"], "POST, GET, DELETE");
+    }
+}

@@ -1,0 +1,267 @@
+//! Forward: strip what the caller sent that must not travel, inject the
+//! stored credential, and send the request on the one pooled upstream
+//! client.
+//!
+//! Strip runs before inject in one function, so no path exists where the
+//! caller's `Authorization` survives next to (or instead of) the stored one.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::credentials::Injection;
+use crate::error::ProxyError;
+use crate::snapshot::Upstream;
+
+/// The pooled HTTP(S) client to upstreams, built once at start.
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Build the upstream client. TLS uses rustls with the webpki roots; HTTP/2
+/// is negotiated by ALPN. Redirects are never followed (hyper's client does
+/// not follow them), so a credential never travels to another origin.
+pub fn client(connect_timeout: Duration, idle_timeout: Duration) -> UpstreamClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    let tls = rustls::ClientConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default TLS versions")
+    .with_root_certificates(rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    })
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(idle_timeout)
+        .build(https)
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either
+/// direction.
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Request headers of the caller's that never reach the upstream:
+/// - `Authorization`, `Proxy-Authorization`: the caller's token is for
+///   tessera (the MCP spec forbids token passthrough);
+/// - `Cookie`: the caller has no business with the upstream's sessions;
+/// - `Host`: set for the upstream;
+/// - `Origin`: the caller's origin was checked by tessera; the upstream's
+///   client is tessera;
+/// - `Content-Length`: recomputed from the forwarded buffer.
+const STRIPPED_REQUEST: [HeaderName; 6] = [
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::COOKIE,
+    header::HOST,
+    header::ORIGIN,
+    header::CONTENT_LENGTH,
+];
+
+/// A header a credential may not be injected as, because tessera strips or
+/// sets it itself.
+pub fn is_reserved_request_header(h: &HeaderName) -> bool {
+    (STRIPPED_REQUEST.contains(h) && *h != header::AUTHORIZATION) || HOP_BY_HOP.contains(h)
+}
+
+/// Remove hop-by-hop headers, including those the `Connection` header names.
+pub fn remove_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named.iter().chain(HOP_BY_HOP.iter()) {
+        h.remove(n);
+    }
+}
+
+/// Strip the caller's credentials and hop-by-hop headers, then inject the
+/// stored credential. Everything else (`Mcp-Session-Id`,
+/// `MCP-Protocol-Version`, `Last-Event-ID`, `Accept`, `Content-Type`,
+/// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`, …) passes unchanged.
+pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection) {
+    remove_hop_by_hop(h);
+    for n in &STRIPPED_REQUEST {
+        h.remove(n);
+    }
+    // `insert` replaces every value the caller may have sent under the
+    // credential's header name (e.g. its own X-Api-Key).
+    h.insert(inj.name.clone(), inj.value.clone());
+}
+
+/// The upstream URI: the credential's URL with the caller's sub-path
+/// appended and the caller's query added. A sub-path with `.` or `..`
+/// segments (plain or percent-encoded) is refused: it could climb out of
+/// the upstream URL's path.
+pub fn upstream_uri(up: &Upstream, sub_path: &str, query: Option<&str>) -> Result<Uri, ProxyError> {
+    if sub_path.split('/').any(is_dot_segment) {
+        return Err(ProxyError::InvalidRequest(
+            "the path may not contain '.' or '..' segments",
+        ));
+    }
+    let base = up.url.as_str();
+    let mut s = String::with_capacity(base.len() + sub_path.len() + query.map_or(0, str::len) + 1);
+    let (base, base_query) = match base.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (base, None),
+    };
+    s.push_str(if sub_path.is_empty() {
+        base
+    } else {
+        base.trim_end_matches('/')
+    });
+    s.push_str(sub_path);
+    let mut sep = '?';
+    for q in [base_query, query]
+        .into_iter()
+        .flatten()
+        .filter(|q| !q.is_empty())
+    {
+        s.push(sep);
+        s.push_str(q);
+        sep = '&';
+    }
+    s.parse()
+        .map_err(|_| ProxyError::InvalidRequest("the request path is not a valid URI"))
+}
+
+fn is_dot_segment(seg: &str) -> bool {
+    let s = seg.to_ascii_lowercase().replace("%2e", ".");
+    s == "." || s == ".."
+}
+
+/// Assemble the upstream request from the caller's parts.
+pub fn upstream_request(
+    method: Method,
+    uri: Uri,
+    mut headers: HeaderMap,
+    up: &Upstream,
+    body: Bytes,
+) -> Request<Full<Bytes>> {
+    strip_and_inject(&mut headers, &up.injection);
+    if let Some(host) = uri
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        headers.insert(header::HOST, host);
+    }
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::{injection, Scheme};
+    use crate::secrets::SecretString;
+
+    fn upstream(url: &str) -> Upstream {
+        Upstream {
+            credential: "gh".into(),
+            url: url.parse().unwrap(),
+            injection: injection(
+                Scheme::Bearer,
+                None,
+                None,
+                &SecretString::from("stored".to_string()),
+            )
+            .unwrap(),
+        }
+    }
+
+    #[test]
+    fn strips_the_callers_token_and_injects_the_stored_one() {
+        let mut h = HeaderMap::new();
+        let v = HeaderValue::from_static;
+        h.insert(header::AUTHORIZATION, v("Bearer caller-token"));
+        h.insert(header::PROXY_AUTHORIZATION, v("Basic x"));
+        h.insert(header::COOKIE, v("c=1"));
+        h.insert(header::CONNECTION, v("x-hop"));
+        h.insert("x-hop", v("1"));
+        h.insert(header::TE, v("trailers"));
+        for keep in [
+            "mcp-session-id",
+            "mcp-protocol-version",
+            "last-event-id",
+            "accept",
+            "content-type",
+            "mcp-method",
+            "mcp-name",
+            "mcp-param-owner",
+        ] {
+            h.insert(HeaderName::from_static(keep), v("k"));
+        }
+        let up = upstream("http://127.0.0.1:9/mcp");
+        strip_and_inject(&mut h, &up.injection);
+        assert_eq!(
+            h.get_all(header::AUTHORIZATION).iter().collect::<Vec<_>>(),
+            ["Bearer stored"]
+        );
+        assert!(h.get(header::AUTHORIZATION).unwrap().is_sensitive());
+        for gone in ["proxy-authorization", "cookie", "connection", "x-hop", "te"] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
+        assert_eq!(h.len(), 9);
+    }
+
+    #[test]
+    fn header_scheme_replaces_a_callers_copy() {
+        let inj = injection(
+            Scheme::Header,
+            Some("x-api-key"),
+            None,
+            &SecretString::from("s".to_string()),
+        )
+        .unwrap();
+        let mut h = HeaderMap::new();
+        h.append("x-api-key", HeaderValue::from_static("forged1"));
+        h.append("x-api-key", HeaderValue::from_static("forged2"));
+        strip_and_inject(&mut h, &inj);
+        assert_eq!(h.get_all("x-api-key").iter().collect::<Vec<_>>(), ["s"]);
+    }
+
+    #[test]
+    fn uri_joins_path_and_query() {
+        let up = upstream("http://h:1/mcp");
+        assert_eq!(upstream_uri(&up, "", None).unwrap(), "http://h:1/mcp");
+        assert_eq!(
+            upstream_uri(&up, "/x/y", Some("a=1")).unwrap(),
+            "http://h:1/mcp/x/y?a=1"
+        );
+        let up = upstream("http://h:1/mcp/?k=v");
+        assert_eq!(
+            upstream_uri(&up, "/x", Some("a=1")).unwrap(),
+            "http://h:1/mcp/x?k=v&a=1"
+        );
+        for bad in ["/..", "/a/../b", "/%2e%2E", "/.", "/.%2e/x"] {
+            assert!(upstream_uri(&up, bad, None).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! tessera: a credential-holding MCP forwarding proxy.
+//!
+//! # Layout
+//! A request to `/c/<id>` flows through one module per stage, in
+//! [`proxy::handle`]:
+//! - [`route`]: the method (POST, GET, DELETE) and the address, before
+//!   anything is loaded;
+//! - [`server`]: Origin and Host checks (DNS rebinding), the accept loop;
+//! - [`authn`]: the caller's bearer token against the in-memory snapshot,
+//!   and the address checked as that caller's;
+//! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
+//! - [`authz`]: the `Authorizer` decision;
+//! - [`forward`]: strip the caller's credentials, inject the stored one,
+//!   send on one pooled client;
+//! - [`filter`]: response headers and upstream 401/403 on the way back;
+//! - [`error`]: the one error type and its HTTP/JSON-RPC rendering.
+//!
+//! Around them: [`snapshot`] (callers, connections and opened credentials
+//! in memory, refreshed from the store off the hot path), [`store`] (the
+//! database), [`secrets`] (sealing and token generation), [`credentials`]
+//! (how a secret becomes a header), [`admin`] (the CLI's commands),
+//! [`config`] (validated settings).
+
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod authn;
+pub mod authz;
+pub mod body;
+pub mod config;
+pub mod credentials;
+pub mod error;
+pub mod filter;
+pub mod forward;
+pub mod jsonrpc;
+pub mod proxy;
+pub mod route;
+pub mod secrets;
+pub mod server;
+pub mod snapshot;
+pub mod store;

@@ -1,0 +1,379 @@
+//! The `tessera` binary: parses the command line, sets up tracing, and calls
+//! the library. Errors end here as one line on stderr and a non-zero exit.
+
+use std::io::{IsTerminal, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tessera::admin::{self, CredentialSpec};
+use tessera::config::{self, RawServe};
+use tessera::credentials::Scheme;
+use tessera::secrets::{ExposeSecret, MasterKey, SecretString};
+use tessera::store::Store;
+
+#[derive(Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "A credential-holding MCP forwarding proxy"
+)]
+struct Cli {
+    /// Folder holding the database and the master key file.
+    #[arg(
+        long,
+        env = "TESSERA_DATA_DIR",
+        default_value = "./tessera-data",
+        global = true
+    )]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the data plane.
+    Serve(ServeArgs),
+    /// Upstream MCP servers and their credentials.
+    #[command(subcommand)]
+    Credential(CredentialCmd),
+    /// Agent identities and their tokens.
+    #[command(subcommand)]
+    Caller(CallerCmd),
+    /// Addresses binding one caller to one credential.
+    #[command(subcommand)]
+    Connection(ConnectionCmd),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[arg(long, env = "TESSERA_LISTEN", default_value = config::DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Base of the connection URLs handed to agents (default: from --listen).
+    #[arg(long, env = "TESSERA_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// A browser origin allowed to call tessera (repeatable; env: comma-separated).
+    #[arg(
+        long = "allowed-origin",
+        env = "TESSERA_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    allowed_origins: Vec<String>,
+    #[arg(long, env = "TESSERA_MAX_BODY_BYTES", default_value_t = config::DEFAULT_MAX_BODY_BYTES)]
+    max_body_bytes: usize,
+    /// Upstream TCP (and TLS) connect timeout.
+    #[arg(long, env = "TESSERA_CONNECT_TIMEOUT_MS", default_value_t = 5_000)]
+    connect_timeout_ms: u64,
+    /// How long to wait for an upstream's response headers (504 after).
+    #[arg(long, env = "TESSERA_UPSTREAM_TIMEOUT_MS", default_value_t = 60_000)]
+    upstream_timeout_ms: u64,
+    /// How long an idle pooled upstream connection is kept.
+    #[arg(long, env = "TESSERA_IDLE_TIMEOUT_MS", default_value_t = 90_000)]
+    idle_timeout_ms: u64,
+    /// How often the store is polled for changes made by other processes.
+    #[arg(long, env = "TESSERA_REFRESH_MS", default_value_t = 250)]
+    refresh_ms: u64,
+}
+
+#[derive(Subcommand)]
+enum CredentialCmd {
+    /// Register an upstream and its credential. The secret is read from an
+    /// environment variable or stdin, never from the command line.
+    Add {
+        name: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long, default_value = "bearer", value_parser = ["bearer", "basic", "header"])]
+        scheme: String,
+        /// The header that carries the secret with --scheme header.
+        #[arg(long)]
+        header_name: Option<String>,
+        /// The user name with --scheme basic.
+        #[arg(long)]
+        username: Option<String>,
+        #[arg(
+            long,
+            conflicts_with = "secret_stdin",
+            required_unless_present = "secret_stdin"
+        )]
+        secret_env: Option<String>,
+        #[arg(long)]
+        secret_stdin: bool,
+    },
+    List(ListArgs),
+}
+
+#[derive(Subcommand)]
+enum CallerCmd {
+    /// Create a caller; its token is printed once, as the last line.
+    Add {
+        name: String,
+    },
+    Revoke {
+        name: String,
+    },
+    List(ListArgs),
+}
+
+#[derive(Subcommand)]
+enum ConnectionCmd {
+    /// Allocate an address; its URL is printed as the last line.
+    Add {
+        #[arg(long)]
+        caller: String,
+        #[arg(long)]
+        credential: String,
+        #[arg(long, env = "TESSERA_PUBLIC_URL")]
+        public_url: Option<String>,
+    },
+    Revoke {
+        id_or_url: String,
+    },
+    List(ListArgs),
+}
+
+#[derive(Args)]
+struct ListArgs {
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime");
+    if let Err(e) = rt.block_on(dispatch(cli)) {
+        eprintln!("tessera: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<()> {
+    let data_dir = cli.data_dir;
+    match cli.cmd {
+        Cmd::Serve(a) => serve(&data_dir, a).await,
+        Cmd::Credential(c) => credential(&data_dir, c).await,
+        Cmd::Caller(c) => caller(&data_dir, c).await,
+        Cmd::Connection(c) => connection(&data_dir, c).await,
+    }
+}
+
+fn master_key(data_dir: &std::path::Path) -> Result<MasterKey> {
+    let env = std::env::var("TESSERA_MASTER_KEY").ok();
+    Ok(MasterKey::load(env.as_deref(), data_dir)?)
+}
+
+async fn serve(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // Validate everything before binding a port.
+    let cfg = config::parse_serve(RawServe {
+        listen: a.listen,
+        public_url: a.public_url,
+        allowed_origins: a.allowed_origins,
+        max_body_bytes: a.max_body_bytes,
+        connect_timeout_ms: a.connect_timeout_ms,
+        upstream_timeout_ms: a.upstream_timeout_ms,
+        idle_timeout_ms: a.idle_timeout_ms,
+        refresh_ms: a.refresh_ms,
+    })?;
+    let store = Store::open_data_dir(data_dir).await?;
+    let key = master_key(data_dir)?;
+    let (state, _refresher) = tessera::server::State::start(cfg.clone(), store, key).await?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, public_url = %cfg.public_url, "tessera serving");
+    tessera::server::run(listener, state, shutdown_signal(), Duration::from_secs(5)).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}
+
+fn read_secret(env_var: Option<&str>) -> Result<SecretString> {
+    let s = match env_var {
+        Some(var) => std::env::var(var)
+            .with_context(|| format!("environment variable {var} is not set (or not UTF-8)"))?,
+        None => {
+            if std::io::stdin().is_terminal() {
+                eprintln!("reading the secret from stdin (end with Ctrl-D)");
+            }
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the secret from stdin")?;
+            s
+        }
+    };
+    // One trailing newline is what `echo` and editors add; it is not part
+    // of the secret.
+    let s = s
+        .strip_suffix('\n')
+        .map(|s| s.strip_suffix('\r').unwrap_or(s))
+        .unwrap_or(&s);
+    if s.is_empty() {
+        bail!("the secret is empty");
+    }
+    Ok(SecretString::from(s.to_string()))
+}
+
+async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> {
+    let store = Store::open_data_dir(data_dir).await?;
+    match c {
+        CredentialCmd::Add {
+            name,
+            upstream,
+            scheme,
+            header_name,
+            username,
+            secret_env,
+            secret_stdin: _,
+        } => {
+            let secret = read_secret(secret_env.as_deref())?;
+            let key = master_key(data_dir)?;
+            let spec = CredentialSpec {
+                name: &name,
+                upstream: &upstream,
+                scheme: scheme.parse::<Scheme>()?,
+                header_name: header_name.as_deref(),
+                username: username.as_deref(),
+                secret,
+            };
+            admin::credential_add(&store, &key, spec).await?;
+            println!("credential {name} added for {upstream}");
+        }
+        CredentialCmd::List(l) => {
+            let rows = store.credentials().await?;
+            if l.json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "name": r.name, "upstream": r.upstream, "scheme": r.scheme.as_str(),
+                            "header_name": r.header_name, "username": r.username,
+                            "created_at": r.created_at,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<24} {:<8} UPSTREAM", "NAME", "SCHEME");
+                for r in rows {
+                    println!("{:<24} {:<8} {}", r.name, r.scheme.as_str(), r.upstream);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn caller(data_dir: &std::path::Path, c: CallerCmd) -> Result<()> {
+    let store = Store::open_data_dir(data_dir).await?;
+    match c {
+        CallerCmd::Add { name } => {
+            let token = admin::caller_add(&store, &name).await?;
+            println!("caller {name} added; its token is shown once, below:");
+            println!("{}", token.expose_secret());
+        }
+        CallerCmd::Revoke { name } => {
+            admin::caller_revoke(&store, &name).await?;
+            println!("caller {name} revoked");
+        }
+        CallerCmd::List(l) => {
+            let rows = store.callers().await?;
+            if l.json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|r| serde_json::json!({"name": r.name, "created_at": r.created_at, "revoked_at": r.revoked_at}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<24} STATUS", "NAME");
+                for r in rows {
+                    println!(
+                        "{:<24} {}",
+                        r.name,
+                        if r.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "live"
+                        }
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn connection(data_dir: &std::path::Path, c: ConnectionCmd) -> Result<()> {
+    let store = Store::open_data_dir(data_dir).await?;
+    match c {
+        ConnectionCmd::Add {
+            caller,
+            credential,
+            public_url,
+        } => {
+            let public_url = match public_url {
+                Some(u) => config::parse_public_url(&u)?,
+                None => config::default_public_url(config::DEFAULT_LISTEN.parse()?),
+            };
+            let url = admin::connection_add(&store, &public_url, &caller, &credential).await?;
+            println!("connection added for caller {caller} on credential {credential}:");
+            println!("{url}");
+        }
+        ConnectionCmd::Revoke { id_or_url } => {
+            admin::connection_revoke(&store, &id_or_url).await?;
+            println!("connection revoked");
+        }
+        ConnectionCmd::List(l) => {
+            let rows = store.connections().await?;
+            if l.json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "id": r.id, "caller": r.caller, "credential": r.credential,
+                            "created_at": r.created_at, "revoked_at": r.revoked_at,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<34} {:<20} {:<20} STATUS", "ID", "CALLER", "CREDENTIAL");
+                for r in rows {
+                    let status = if r.revoked_at.is_some() {
+                        "revoked"
+                    } else {
+                        "live"
+                    };
+                    println!(
+                        "{:<34} {:<20} {:<20} {status}",
+                        r.id, r.caller, r.credential
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

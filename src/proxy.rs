@@ -1,0 +1,194 @@
+//! The data-plane request handler: one linear function through the stages
+//! route → check origin/host → authenticate → authorize → forward → filter.
+//! Each stage passes the request on or returns early through `?`; one place
+//! turns the error into the response and one access-log event is written at
+//! the end, errors included.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::value::RawValue;
+
+use crate::authn::{authenticate, connection_for};
+use crate::authz::{AuthzRequest, Verdict};
+use crate::body::ProxyBody;
+use crate::error::ProxyError;
+use crate::filter::{credential_rejected, filter_response_headers};
+use crate::forward::{upstream_request, upstream_uri};
+use crate::jsonrpc::peek;
+use crate::route::route;
+use crate::server::State;
+
+/// What the access log records of one request. Never a secret: the
+/// connection id is shortened, tokens and credential values never enter.
+#[derive(Default)]
+struct Access {
+    caller: Option<Arc<crate::snapshot::Caller>>,
+    connection: Option<String>,
+    rpc_method: Option<String>,
+    tool: Option<String>,
+    reason: Option<&'static str>,
+    id: Option<Box<RawValue>>,
+}
+
+/// Handle one request to the data plane.
+pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let mut access = Access::default();
+    let resp = match proxy(&state, req, &mut access).await {
+        Ok(r) => r,
+        Err(e) => {
+            access.reason = Some(e.reason());
+            e.into_response(access.id.as_deref())
+        }
+    };
+    tracing::info!(
+        target: "tessera::access",
+        caller = access.caller.as_ref().map(|c| c.name.as_str()),
+        connection = access.connection.as_deref(),
+        http_method = %method,
+        rpc_method = access.rpc_method.as_deref(),
+        tool = access.tool.as_deref(),
+        verdict = if access.reason.is_some() { "refused" } else { "forwarded" },
+        reason = access.reason,
+        status = resp.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+    );
+    resp
+}
+
+async fn proxy(
+    state: &State,
+    req: Request<Incoming>,
+    access: &mut Access,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (parts, body) = req.into_parts();
+
+    // Route first: a wrong method or a path that is not an address is
+    // refused before anything is loaded.
+    let r = route(&parts.method, parts.uri.path())?;
+
+    // Origin and Host before authentication: a DNS-rebound browser request
+    // is refused whatever credentials it carries.
+    state.check_origin_and_host(&parts.headers, &parts.uri)?;
+
+    // Authenticate against the snapshot (no I/O), then resolve the address
+    // as this caller's; someone else's address is as unknown as a random one.
+    let snap = state.snapshot.load();
+    let caller = authenticate(&snap, &parts.headers)?;
+    access.caller = Some(caller.clone());
+    let conn = connection_for(&snap, &caller, r.connection_id)?;
+    access.connection = Some(r.connection_id.chars().take(8).collect());
+    let upstream = conn.upstream.clone();
+
+    // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
+    // read it once, inspect it, forward that same buffer.
+    let body = read_bounded(&parts.headers, body, state.config.max_body_bytes).await?;
+    let peeked = if parts.method == http::Method::POST {
+        Some(peek(&body)?)
+    } else {
+        None
+    };
+    access.id = peeked.as_ref().and_then(|p| p.id()).map(ToOwned::to_owned);
+
+    // Authorize every message of the body (or the bare GET/DELETE) before
+    // anything reaches the upstream.
+    let mut ask = AuthzRequest {
+        caller: &caller,
+        connection_id: r.connection_id,
+        connection: conn,
+        http_method: &parts.method,
+        rpc_method: None,
+        tool: None,
+    };
+    let messages = peeked.as_ref().map(|p| p.messages()).unwrap_or_default();
+    if let Some(first) = messages.first() {
+        access.rpc_method = first.method.as_deref().map(str::to_owned);
+        access.tool = first.tool().map(str::to_owned);
+    }
+    if messages.is_empty() {
+        decide(state, &ask)?;
+    }
+    for m in messages {
+        ask.rpc_method = m.method.as_deref();
+        ask.tool = m.tool();
+        decide(state, &ask)?;
+    }
+    drop(peeked);
+    drop(snap);
+
+    // Forward: strip, inject, send on the pooled client.
+    let uri = upstream_uri(&upstream, r.sub_path, parts.uri.query())?;
+    let up_req = upstream_request(parts.method, uri, parts.headers, &upstream, body);
+    let credential = || upstream.credential.clone();
+    let resp =
+        match tokio::time::timeout(state.config.upstream_timeout, state.client.request(up_req))
+            .await
+        {
+            Err(_) => {
+                return Err(ProxyError::UpstreamTimeout {
+                    credential: credential(),
+                })
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(ProxyError::UpstreamUnreachable {
+                    credential: credential(),
+                })
+            }
+            Ok(Err(_)) => {
+                return Err(ProxyError::UpstreamProtocol {
+                    credential: credential(),
+                })
+            }
+            Ok(Ok(resp)) => resp,
+        };
+
+    // Filter: an upstream challenge is never relayed; headers that would
+    // let the caller act as the upstream's client are dropped; the body is
+    // streamed through frame by frame.
+    if credential_rejected(resp.status()) {
+        return Err(ProxyError::CredentialRejected {
+            credential: credential(),
+            status: resp.status().as_u16(),
+        });
+    }
+    let (mut parts, body) = resp.into_parts();
+    filter_response_headers(&mut parts.headers);
+    Ok(Response::from_parts(parts, body.boxed()))
+}
+
+fn decide(state: &State, ask: &AuthzRequest<'_>) -> Result<(), ProxyError> {
+    match state.authorizer.authorize(ask) {
+        Verdict::Allow => Ok(()),
+        Verdict::Deny(why) => Err(ProxyError::Denied(why)),
+    }
+}
+
+/// Read a request body up to `max` bytes: a declared `Content-Length` over
+/// the limit is refused before reading; a body that grows past it is
+/// refused when it does.
+async fn read_bounded(
+    headers: &HeaderMap,
+    body: Incoming,
+    max: usize,
+) -> Result<Bytes, ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ProxyError::PayloadTooLarge(max));
+    }
+    match Limited::new(body, max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ProxyError::PayloadTooLarge(max))
+        }
+        Err(_) => Err(ProxyError::RequestBody),
+    }
+}

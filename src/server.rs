@@ -1,0 +1,192 @@
+//! The data-plane server: shared state, the accept loop, and graceful
+//! shutdown. `run` takes a bound listener so tests run it on port 0.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http::{header, HeaderMap, Uri};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::authz::{Authorizer, OwnConnections};
+use crate::config::ServeConfig;
+use crate::error::ProxyError;
+use crate::forward::{client, UpstreamClient};
+use crate::secrets::MasterKey;
+use crate::snapshot::{refresh_loop, SharedSnapshot, Snapshot};
+use crate::store::{Store, StoreError};
+
+/// Everything the handler shares across requests.
+pub struct State {
+    pub config: ServeConfig,
+    pub snapshot: SharedSnapshot,
+    pub authorizer: Arc<dyn Authorizer>,
+    pub client: UpstreamClient,
+    /// The public URL's host, lowercase, for the Host check.
+    public_host: String,
+}
+
+impl State {
+    /// Load the first snapshot and start the task that keeps it fresh.
+    pub async fn start(
+        config: ServeConfig,
+        store: Store,
+        key: MasterKey,
+    ) -> Result<(Arc<State>, JoinHandle<()>), StoreError> {
+        let key = Arc::new(key);
+        let snap = Snapshot::load(&store, &key).await?;
+        let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
+        let refresher = tokio::spawn(refresh_loop(
+            store,
+            key,
+            shared.clone(),
+            config.refresh_interval,
+        ));
+        let public_host = config
+            .public_url
+            .host_str()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let state = State {
+            client: client(config.connect_timeout, config.idle_timeout),
+            authorizer: Arc::new(OwnConnections),
+            snapshot: shared,
+            public_host,
+            config,
+        };
+        Ok((Arc::new(state), refresher))
+    }
+
+    /// DNS-rebinding defence: an `Origin` must be in the allow-list (absent
+    /// is fine: non-browser clients send none); the `Host` must be the
+    /// public URL's host or a loopback name.
+    pub fn check_origin_and_host(&self, h: &HeaderMap, uri: &Uri) -> Result<(), ProxyError> {
+        if let Some(origin) = h.get(header::ORIGIN) {
+            let ok = origin.to_str().is_ok_and(|o| {
+                self.config
+                    .allowed_origins
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(o.trim_end_matches('/')))
+            });
+            if !ok {
+                return Err(ProxyError::ForbiddenOrigin);
+            }
+        }
+        let host = h
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| uri.authority().map(|a| a.as_str()))
+            .ok_or(ProxyError::ForbiddenHost)?;
+        let name = host_name(host);
+        if name.eq_ignore_ascii_case(&self.public_host) || is_loopback_name(name) {
+            Ok(())
+        } else {
+            Err(ProxyError::ForbiddenHost)
+        }
+    }
+}
+
+/// The host part of a `Host` value (`[::1]:80` → `[::1]`, `a:1` → `a`).
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        host.find(']').map_or(host, |i| &host[..=i])
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    }
+}
+
+/// `localhost`, `*.localhost`, 127.0.0.0/8 and `[::1]`.
+fn is_loopback_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    if lower == "localhost" || lower.ends_with(".localhost") {
+        return true;
+    }
+    let ip = lower.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Serve the data plane on `listener` until `shutdown` resolves, then stop
+/// accepting and give open requests `grace` to finish.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<State>,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: keep serving
+                    // the open connections and try again shortly.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let svc = service_fn(move |req| {
+            let state = state.clone();
+            async move { Ok::<_, std::convert::Infallible>(crate::proxy::handle(state, req).await) }
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::info!("grace period over; closing the remaining connections");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names() {
+        assert_eq!(host_name("a.example:80"), "a.example");
+        assert_eq!(host_name("[::1]:7470"), "[::1]");
+        assert_eq!(host_name("localhost"), "localhost");
+        for ok in [
+            "localhost",
+            "LOCALHOST",
+            "x.localhost",
+            "127.0.0.1",
+            "127.9.9.9",
+            "[::1]",
+        ] {
+            assert!(is_loopback_name(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "127.0.0.1.nip.io",
+            "10.0.0.1",
+            "[::2]",
+            "localhost.evil",
+        ] {
+            assert!(!is_loopback_name(bad), "{bad}");
+        }
+    }
+}

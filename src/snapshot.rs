@@ -1,0 +1,167 @@
+//! The in-memory view of callers, connections and credentials that the data
+//! plane reads on every request, and the task that keeps it fresh.
+//!
+//! Requests never touch the database: they read an `Arc<Snapshot>` swapped
+//! in atomically. A background task polls the store's single revision
+//! counter every `refresh_interval` and rebuilds the snapshot only when the
+//! counter moved, so a change made by the CLI in another process is served
+//! within one interval (250 ms by default) at the cost of one tiny query per
+//! interval, not one per request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use url::Url;
+
+use crate::credentials::{injection, Injection};
+use crate::secrets::MasterKey;
+use crate::store::{credential_aad, Store, StoreError};
+
+/// A live caller.
+#[derive(Debug)]
+pub struct Caller {
+    pub id: i64,
+    pub name: String,
+}
+
+/// An upstream and the credential injected into requests to it.
+#[derive(Debug)]
+pub struct Upstream {
+    /// The credential's name: safe to show, unlike its value.
+    pub credential: String,
+    pub url: Url,
+    pub injection: Injection,
+}
+
+/// A live connection: one caller, one upstream.
+#[derive(Debug)]
+pub struct Connection {
+    pub caller_id: i64,
+    pub upstream: Arc<Upstream>,
+}
+
+/// Everything a request needs, indexed for one hash lookup each.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub revision: i64,
+    /// Live callers by the SHA-256 of their token. Looking a digest up in a
+    /// map reveals nothing about a token's bytes: an attacker who times the
+    /// lookup learns at most about digests, which they cannot invert.
+    pub callers: HashMap<[u8; 32], Arc<Caller>>,
+    /// Live connections by address id.
+    pub connections: HashMap<String, Connection>,
+}
+
+impl Snapshot {
+    /// Build a snapshot from the store, opening every sealed secret.
+    /// A credential that fails to open (wrong master key, tampered row) is
+    /// left out with an error logged, so its connections answer 404 rather
+    /// than forward with a wrong credential.
+    pub async fn load(store: &Store, key: &MasterKey) -> Result<Self, StoreError> {
+        // Read the revision first: a change racing with the load then bumps
+        // it past what we record and triggers another load.
+        let revision = store.revision().await?;
+        let mut upstreams = HashMap::new();
+        for c in store.credentials().await? {
+            let secret = match key.open(&credential_aad(&c.name), &c.sealed) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(credential = %c.name, error = %e, "credential left out");
+                    continue;
+                }
+            };
+            let built = Url::parse(&c.upstream)
+                .map_err(|e| e.to_string())
+                .and_then(|url| {
+                    injection(
+                        c.scheme,
+                        c.header_name.as_deref(),
+                        c.username.as_deref(),
+                        &secret,
+                    )
+                    .map(|inj| (url, inj))
+                    .map_err(|e| e.to_string())
+                });
+            match built {
+                Ok((url, injection)) => {
+                    let up = Upstream {
+                        credential: c.name,
+                        url,
+                        injection,
+                    };
+                    upstreams.insert(c.id, Arc::new(up));
+                }
+                Err(e) => tracing::error!(credential = %c.name, error = %e, "credential left out"),
+            }
+        }
+        let mut callers = HashMap::new();
+        let mut live = std::collections::HashSet::new();
+        for c in store.callers().await? {
+            if c.revoked_at.is_none() {
+                live.insert(c.id);
+                callers.insert(
+                    c.token_sha256,
+                    Arc::new(Caller {
+                        id: c.id,
+                        name: c.name,
+                    }),
+                );
+            }
+        }
+        let mut connections = HashMap::new();
+        for c in store.connections().await? {
+            if c.revoked_at.is_some() || !live.contains(&c.caller_id) {
+                continue;
+            }
+            if let Some(up) = upstreams.get(&c.credential_id) {
+                connections.insert(
+                    c.id,
+                    Connection {
+                        caller_id: c.caller_id,
+                        upstream: up.clone(),
+                    },
+                );
+            }
+        }
+        Ok(Snapshot {
+            revision,
+            callers,
+            connections,
+        })
+    }
+}
+
+/// The shared, atomically swapped snapshot.
+pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
+
+/// Poll the store's revision and swap in a new snapshot when it moved.
+/// A failed poll keeps serving the last good snapshot and tries again.
+pub async fn refresh_loop(
+    store: Store,
+    key: Arc<MasterKey>,
+    shared: SharedSnapshot,
+    interval: Duration,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.revision().await {
+            Ok(r) if r == shared.load().revision => continue,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "polling the store failed; serving the last snapshot");
+                continue;
+            }
+        }
+        match Snapshot::load(&store, &key).await {
+            Ok(s) => {
+                tracing::debug!(revision = s.revision, "snapshot reloaded");
+                shared.store(Arc::new(s));
+            }
+            Err(e) => tracing::warn!(error = %e, "reloading failed; serving the last snapshot"),
+        }
+    }
+}

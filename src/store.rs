@@ -1,0 +1,397 @@
+//! Storage: one `Store` type over the database. SQLite in the data dir is
+//! the embedded default; the SQL is kept plain so a Postgres backend can
+//! slot in behind the same methods.
+//!
+//! Every change bumps the single `revision` row in the same transaction, so
+//! a serving process can poll one integer and reload only when it moved.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{Row, SqlitePool};
+
+use crate::credentials::Scheme;
+
+/// A storage failure. Messages name the thing, never a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{kind} {name:?} already exists")]
+    Duplicate { kind: &'static str, name: String },
+    #[error("no {kind} named {name:?}")]
+    NotFound { kind: &'static str, name: String },
+    #[error("{kind} {name:?} is revoked")]
+    Revoked { kind: &'static str, name: String },
+    #[error("creating the data dir {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("applying migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// A credential row. `sealed` is the AEAD blob; it is opened only when a
+/// snapshot is built.
+#[derive(Debug, Clone)]
+pub struct CredentialRow {
+    pub id: i64,
+    pub name: String,
+    pub upstream: String,
+    pub scheme: Scheme,
+    pub header_name: Option<String>,
+    pub username: Option<String>,
+    pub sealed: Vec<u8>,
+    pub created_at: i64,
+}
+
+/// A caller row: its token exists here only as a digest.
+#[derive(Debug, Clone)]
+pub struct CallerRow {
+    pub id: i64,
+    pub name: String,
+    pub token_sha256: [u8; 32],
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A connection row, with the names it refers to.
+#[derive(Debug, Clone)]
+pub struct ConnectionRow {
+    pub id: String,
+    pub caller_id: i64,
+    pub caller: String,
+    pub credential_id: i64,
+    pub credential: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// New credential fields, with the secret already sealed.
+pub struct NewCredential<'a> {
+    pub name: &'a str,
+    pub upstream: &'a str,
+    pub scheme: Scheme,
+    pub header_name: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub sealed: Vec<u8>,
+}
+
+/// The database behind tessera.
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The associated data that binds a sealed secret to its credential row.
+pub fn credential_aad(name: &str) -> String {
+    format!("tessera:credential:{name}")
+}
+
+fn unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+impl Store {
+    /// Open (creating when absent) the SQLite database in `data_dir` and
+    /// apply migrations.
+    pub async fn open_data_dir(data_dir: &Path) -> Result<Self, StoreError> {
+        create_private_dir(data_dir).map_err(|source| StoreError::DataDir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
+        let opts = SqliteConnectOptions::new()
+            .filename(data_dir.join("tessera.db"))
+            .create_if_missing(true)
+            // WAL lets admin commands in another process write while the
+            // server reads; the busy timeout serialises concurrent writers.
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The change counter; moves on every write.
+    pub async fn revision(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT value FROM revision WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn bump(tx: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+        sqlx::query("UPDATE revision SET value = value + 1 WHERE id = 1")
+            .execute(tx)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn add_credential(&self, c: NewCredential<'_>) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "INSERT INTO credentials (name, upstream, scheme, header_name, username, sealed, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(c.name)
+        .bind(c.upstream)
+        .bind(c.scheme.as_str())
+        .bind(c.header_name)
+        .bind(c.username)
+        .bind(&c.sealed)
+        .bind(now())
+        .execute(&mut *tx)
+        .await;
+        match r {
+            Err(e) if unique_violation(&e) => {
+                return Err(StoreError::Duplicate {
+                    kind: "credential",
+                    name: c.name.to_string(),
+                })
+            }
+            r => r?,
+        };
+        Self::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn credentials(&self) -> Result<Vec<CredentialRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, name, upstream, scheme, header_name, username, sealed, created_at
+             FROM credentials ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let scheme: String = r.try_get("scheme")?;
+                Ok(CredentialRow {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    upstream: r.try_get("upstream")?,
+                    scheme: Scheme::from_str(&scheme).map_err(|e| sqlx::Error::Decode(e.into()))?,
+                    header_name: r.try_get("header_name")?,
+                    username: r.try_get("username")?,
+                    sealed: r.try_get("sealed")?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn add_caller(&self, name: &str, token_sha256: &[u8; 32]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let r =
+            sqlx::query("INSERT INTO callers (name, token_sha256, created_at) VALUES (?, ?, ?)")
+                .bind(name)
+                .bind(&token_sha256[..])
+                .bind(now())
+                .execute(&mut *tx)
+                .await;
+        match r {
+            Err(e) if unique_violation(&e) => {
+                return Err(StoreError::Duplicate {
+                    kind: "caller",
+                    name: name.to_string(),
+                })
+            }
+            r => r?,
+        };
+        Self::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Revoke a caller; its connections stop working with it.
+    pub async fn revoke_caller(&self, name: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let revoked: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT revoked_at FROM callers WHERE name = ?")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        match revoked {
+            None => {
+                return Err(StoreError::NotFound {
+                    kind: "caller",
+                    name: name.to_string(),
+                })
+            }
+            Some(Some(_)) => {
+                return Err(StoreError::Revoked {
+                    kind: "caller",
+                    name: name.to_string(),
+                })
+            }
+            Some(None) => {}
+        }
+        sqlx::query("UPDATE callers SET revoked_at = ? WHERE name = ?")
+            .bind(now())
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        Self::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, name, token_sha256, created_at, revoked_at FROM callers ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let digest: Vec<u8> = r.try_get("token_sha256")?;
+                Ok(CallerRow {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    token_sha256: digest
+                        .try_into()
+                        .map_err(|_| sqlx::Error::Decode("token digest is not 32 bytes".into()))?,
+                    created_at: r.try_get("created_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Allocate a connection for a live caller on a credential.
+    pub async fn add_connection(
+        &self,
+        id: &str,
+        caller: &str,
+        credential: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let c: Option<(i64, Option<i64>)> =
+            sqlx::query_as("SELECT id, revoked_at FROM callers WHERE name = ?")
+                .bind(caller)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let caller_id = match c {
+            None => {
+                return Err(StoreError::NotFound {
+                    kind: "caller",
+                    name: caller.to_string(),
+                })
+            }
+            Some((_, Some(_))) => {
+                return Err(StoreError::Revoked {
+                    kind: "caller",
+                    name: caller.to_string(),
+                })
+            }
+            Some((id, None)) => id,
+        };
+        let credential_id: i64 = sqlx::query_scalar("SELECT id FROM credentials WHERE name = ?")
+            .bind(credential)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "credential",
+                name: credential.to_string(),
+            })?;
+        sqlx::query(
+            "INSERT INTO connections (id, caller_id, credential_id, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(id)
+        .bind(caller_id)
+        .bind(credential_id)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        Self::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn revoke_connection(&self, id: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let revoked: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT revoked_at FROM connections WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        match revoked {
+            None => {
+                return Err(StoreError::NotFound {
+                    kind: "connection",
+                    name: id.to_string(),
+                })
+            }
+            Some(Some(_)) => {
+                return Err(StoreError::Revoked {
+                    kind: "connection",
+                    name: id.to_string(),
+                })
+            }
+            Some(None) => {}
+        }
+        sqlx::query("UPDATE connections SET revoked_at = ? WHERE id = ?")
+            .bind(now())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        Self::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn connections(&self) -> Result<Vec<ConnectionRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT c.id, c.caller_id, a.name AS caller, c.credential_id, k.name AS credential,
+                    c.created_at, c.revoked_at
+             FROM connections c
+             JOIN callers a ON a.id = c.caller_id
+             JOIN credentials k ON k.id = c.credential_id
+             ORDER BY c.created_at, c.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(ConnectionRow {
+                    id: r.try_get("id")?,
+                    caller_id: r.try_get("caller_id")?,
+                    caller: r.try_get("caller")?,
+                    credential_id: r.try_get("credential_id")?,
+                    credential: r.try_get("credential")?,
+                    created_at: r.try_get("created_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Create a directory readable by its owner only (0700 on Unix).
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(path)
+}
