@@ -1,0 +1,314 @@
+//! The command-line contract, changes reaching a running data plane from
+//! another process, and secrets absent from the data dir and the logs.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn revocation_from_another_process_takes_effect_within_a_second() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ok = |a: &Agent| {
+        client()
+            .post(&a.url)
+            .bearer_auth(&a.token)
+            .body(tools_call(1, "t"))
+            .send()
+    };
+    assert_eq!(ok(&a).await.unwrap().status(), 200);
+
+    // Revoke the connection from a separate CLI process.
+    let o = p.cli(&["connection", "revoke", &a.url]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let took = within(Duration::from_secs(1), || async {
+        ok(&a).await.unwrap().status() == 404
+    })
+    .await;
+    eprintln!("connection revocation served after {took:?}");
+
+    // Revoke a caller: its token stops authenticating.
+    let b = p.agent("gh", &up.url("/mcp"), "b").await;
+    assert_eq!(ok(&b).await.unwrap().status(), 200);
+    assert!(p.cli(&["caller", "revoke", "b"]).status.success());
+    let took = within(Duration::from_secs(1), || async {
+        ok(&b).await.unwrap().status() == 401
+    })
+    .await;
+    eprintln!("caller revocation served after {took:?}");
+}
+
+#[test]
+fn cli_contract_and_errors() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let fail = |args: &[&str], needle: &str| {
+        let o = cli(d, args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    assert!(cli(
+        d,
+        &[
+            "credential",
+            "add",
+            "gh",
+            "--upstream",
+            "http://127.0.0.1:1/mcp",
+            "--secret-env",
+            "TEST_SECRET"
+        ]
+    )
+    .status
+    .success());
+    fail(
+        &[
+            "credential",
+            "add",
+            "gh",
+            "--upstream",
+            "http://127.0.0.1:1/mcp",
+            "--secret-env",
+            "TEST_SECRET",
+        ],
+        "already exists",
+    );
+    fail(
+        &[
+            "credential",
+            "add",
+            "x",
+            "--upstream",
+            "not a url",
+            "--secret-env",
+            "TEST_SECRET",
+        ],
+        "invalid upstream URL",
+    );
+    fail(
+        &[
+            "credential",
+            "add",
+            "x",
+            "--upstream",
+            "http://h/",
+            "--secret-env",
+            "NO_SUCH_VAR_T",
+        ],
+        "NO_SUCH_VAR_T",
+    );
+    fail(
+        &[
+            "credential",
+            "add",
+            "x",
+            "--upstream",
+            "http://h/",
+            "--scheme",
+            "header",
+            "--secret-env",
+            "TEST_SECRET",
+        ],
+        "--header-name",
+    );
+    fail(&["caller", "revoke", "ghost"], "no caller named \"ghost\"");
+    fail(
+        &[
+            "connection",
+            "add",
+            "--caller",
+            "ghost",
+            "--credential",
+            "gh",
+        ],
+        "no caller",
+    );
+    let token = last_line(&cli(d, &["caller", "add", "agent"]));
+    assert!(token.starts_with("tsr_") && token.len() > 40);
+    fail(&["caller", "add", "agent"], "already exists");
+    fail(
+        &[
+            "connection",
+            "add",
+            "--caller",
+            "agent",
+            "--credential",
+            "nope",
+        ],
+        "no credential",
+    );
+    let url = last_line(&cli(
+        d,
+        &[
+            "connection",
+            "add",
+            "--caller",
+            "agent",
+            "--credential",
+            "gh",
+        ],
+    ));
+    let id = url.strip_prefix("http://127.0.0.1:7470/c/").expect(&url);
+    assert!(id.len() >= 22, "id too short for 128 bits: {id}");
+
+    // Secret via stdin.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "credential",
+            "add",
+            "piped",
+            "--upstream",
+            "https://api.example/mcp",
+            "--secret-stdin",
+        ])
+        .env("TESSERA_DATA_DIR", d)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"piped-secret-9\n")
+        .unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+
+    // Listings never show a secret or a token.
+    for what in ["credential", "caller", "connection"] {
+        for json in [false, true] {
+            let mut args = vec![what, "list"];
+            if json {
+                args.push("--json");
+            }
+            let out = String::from_utf8(cli(d, &args).stdout).unwrap();
+            assert!(
+                !out.contains(SECRET) && !out.contains("piped-secret-9") && !out.contains(&token),
+                "{out}"
+            );
+            if what == "credential" {
+                assert!(out.contains("gh") && out.contains("piped"), "{out}");
+            }
+        }
+    }
+    assert_no_plaintext(d, &[SECRET, "piped-secret-9", &token]);
+}
+
+/// Walk the data dir and assert no file holds any of `needles` in clear.
+fn assert_no_plaintext(dir: &std::path::Path, needles: &[&str]) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            assert_no_plaintext(&path, needles);
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        for n in needles {
+            assert!(
+                !bytes.windows(n.len()).any(|w| w == n.as_bytes()),
+                "{} holds a secret in clear",
+                path.display()
+            );
+        }
+    }
+}
+
+/// `tessera serve` as its own process, with debug logs: drive a request,
+/// a refusal and an upstream rejection through it, then check that the
+/// logs and the data dir hold neither the secret nor the caller token.
+#[tokio::test]
+async fn serve_binary_logs_no_secret() {
+    let up = Upstream::start().await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let public = format!("http://127.0.0.1:{port}");
+    let a = register(d, &public, "gh", &up.url("/mcp"), "agent");
+    let denied = register(d, &public, "deny", &up.url("/deny"), "agent2");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("TESSERA_DATA_DIR", d)
+        .env("RUST_LOG", "trace")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    // Wait for the line that says it is serving.
+    let mut log = Vec::new();
+    {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&log).contains("tessera serving") {
+            let n = tokio::time::timeout(Duration::from_secs(10), stderr.read(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "serve exited: {}", String::from_utf8_lossy(&log));
+            log.extend_from_slice(&buf[..n]);
+        }
+    }
+    let c = client();
+    assert_eq!(
+        c.post(&a.url)
+            .bearer_auth(&a.token)
+            .body(tools_call(1, "t"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        c.post(&a.url)
+            .bearer_auth("tsr_bad")
+            .body(tools_call(2, "t"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        c.post(&denied.url)
+            .bearer_auth(&denied.token)
+            .body(tools_call(3, "t"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        502
+    );
+    // SIGTERM, then read the rest of the log.
+    let pid = child.id().unwrap();
+    std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    {
+        use tokio::io::AsyncReadExt;
+        tokio::time::timeout(Duration::from_secs(10), stderr.read_to_end(&mut log))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let status = child.wait().await.unwrap();
+    assert!(
+        status.success(),
+        "serve did not shut down cleanly: {status:?}"
+    );
+    let log = String::from_utf8(log).unwrap();
+    assert!(log.contains("tessera::access"), "no access log: {log}");
+    assert!(log.contains("credential_rejected"), "{log}");
+    for secret in [SECRET, &a.token, &denied.token] {
+        assert!(!log.contains(secret), "a secret is in the log");
+    }
+    assert_no_plaintext(d, &[SECRET, &a.token, &denied.token]);
+}

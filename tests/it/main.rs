@@ -1,0 +1,8 @@
+//! tessera's integration tests, compiled as one binary: real sockets, a
+//! real upstream, the real data plane and the real CLI.
+
+mod cli;
+mod forwarding;
+mod refusals;
+mod sse;
+mod support;

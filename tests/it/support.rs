@@ -1,0 +1,345 @@
+//! Builders for the integration tests: a recording upstream that can stream
+//! SSE on the test's schedule, a tessera data plane on an ephemeral port
+//! with a temporary data dir, and the CLI run as a separate process.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+
+/// The stored secret every test credential uses; it must never reach a
+/// caller, a log or the data dir in clear.
+pub const SECRET: &str = "upstream-secret-Zq8mX1vP";
+
+/// What reached the upstream.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: http::Method,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// An in-process MCP-ish upstream. Paths:
+/// - `/mcp`: answers a JSON-RPC result echoing the method, with
+///   `Set-Cookie`, `WWW-Authenticate` and `Mcp-Session-Id` headers;
+/// - `/deny`: 401 with a `WWW-Authenticate` challenge;
+/// - `/hang`: never answers;
+/// - `/sse`: an event stream fed by the test through `sse_sender()`.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    sse: Arc<Mutex<Option<mpsc::Sender<Bytes>>>>,
+    sse_opened: Arc<Notify>,
+}
+
+type UpBody = BoxBody<Bytes, Infallible>;
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sse = Arc::new(Mutex::new(None));
+        let sse_opened = Arc::new(Notify::new());
+        let (s, q, o) = (seen.clone(), sse.clone(), sse_opened.clone());
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (s, q, o) = (s.clone(), q.clone(), o.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| answer(req, s.clone(), q.clone(), o.clone()));
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            sse,
+            sse_opened,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Wait until an SSE stream is open and return its sender. Dropping the
+    /// sender ends the stream; `sender.closed()` resolves when the proxy
+    /// dropped the upstream side.
+    pub async fn sse_sender(&self) -> mpsc::Sender<Bytes> {
+        loop {
+            let notified = self.sse_opened.notified();
+            if let Some(tx) = self.sse.lock().unwrap().take() {
+                return tx;
+            }
+            tokio::time::timeout(Duration::from_secs(5), notified)
+                .await
+                .expect("no SSE stream opened");
+        }
+    }
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    sse: Arc<Mutex<Option<mpsc::Sender<Bytes>>>>,
+    opened: Arc<Notify>,
+) -> Result<Response<UpBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    seen.lock().unwrap().push(Seen {
+        method: parts.method.clone(),
+        path: path.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    });
+    let full = |b: String| Full::new(Bytes::from(b)).boxed();
+    let resp = match parts.uri.path() {
+        "/deny" => Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header(
+                "www-authenticate",
+                "Bearer resource_metadata=\"http://evil.example/meta\"",
+            )
+            .body(full("nope".into())),
+        "/hang" => std::future::pending().await,
+        "/sse" => {
+            let (tx, rx) = mpsc::channel::<Bytes>(8);
+            *sse.lock().unwrap() = Some(tx);
+            opened.notify_waiters();
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv()
+                    .await
+                    .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .header("set-cookie", "upstream_session=1")
+                .body(BodyExt::boxed(StreamBody::new(stream)))
+        }
+        _ => {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let reply = serde_json::json!({
+                "jsonrpc": "2.0", "id": v["id"],
+                "result": { "echo": v["method"], "path": path },
+            });
+            Response::builder()
+                .header("content-type", "application/json")
+                .header("set-cookie", "upstream_session=1")
+                .header("www-authenticate", "Bearer realm=\"upstream\"")
+                .header("mcp-session-id", "sess-1")
+                .body(full(reply.to_string()))
+        }
+    };
+    Ok(resp.unwrap())
+}
+
+/// A tessera data plane on 127.0.0.1:0 over a temporary data dir.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub state: std::sync::Arc<tessera::server::State>,
+    store: tessera::store::Store,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Run the tessera CLI against a data dir.
+pub fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .env("TESSERA_DATA_DIR", dir)
+        .env("TEST_SECRET", SECRET)
+        .env_remove("TESSERA_MASTER_KEY")
+        .output()
+        .unwrap()
+}
+
+/// The last line of a command's stdout, asserting it succeeded.
+pub fn last_line(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "command failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .to_string()
+}
+
+/// A registered caller and the connection URL it was given.
+pub struct Agent {
+    pub token: String,
+    pub url: String,
+}
+
+impl Proxy {
+    /// A data dir with nothing in it yet, not serving.
+    pub fn dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    pub async fn start(dir: tempfile::TempDir) -> Proxy {
+        Self::start_with(dir, |_| {}).await
+    }
+
+    pub async fn start_with(
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut tessera::config::ServeConfig),
+    ) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut cfg = tessera::config::ServeConfig::for_listen(addr);
+        cfg.refresh_interval = Duration::from_millis(100);
+        tweak(&mut cfg);
+        let store = tessera::store::Store::open_data_dir(dir.path())
+            .await
+            .unwrap();
+        let key = tessera::secrets::MasterKey::load(None, dir.path()).unwrap();
+        let (state, _) = tessera::server::State::start(cfg, store.clone(), key)
+            .await
+            .unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(tessera::server::run(
+            listener,
+            state.clone(),
+            async move {
+                let _ = rx.await;
+            },
+            Duration::from_secs(1),
+        ));
+        Proxy {
+            addr,
+            dir,
+            state,
+            store,
+            _shutdown: tx,
+        }
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        cli(self.dir.path(), args)
+    }
+
+    /// Wait until the data plane serves what the store holds now: the
+    /// event the refresh task produces when it swaps in a new snapshot.
+    pub async fn synced(&self) -> std::time::Duration {
+        let want = self.store.revision().await.unwrap();
+        let state = self.state.clone();
+        within(Duration::from_secs(1), || {
+            let state = state.clone();
+            async move { state.snapshot.load().revision >= want }
+        })
+        .await
+    }
+
+    /// Register as [`register`] does, then wait until it is served.
+    pub async fn agent(&self, cred: &str, upstream_url: &str, name: &str) -> Agent {
+        let a = register(self.dir.path(), &self.base(), cred, upstream_url, name);
+        self.synced().await;
+        a
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Register a bearer credential `cred` for `upstream_url`, a caller `name`
+/// and a connection between them in `dir`; the URL is built on `public`.
+pub fn register(
+    dir: &std::path::Path,
+    public: &str,
+    cred: &str,
+    upstream_url: &str,
+    name: &str,
+) -> Agent {
+    let o = cli(
+        dir,
+        &[
+            "credential",
+            "add",
+            cred,
+            "--upstream",
+            upstream_url,
+            "--secret-env",
+            "TEST_SECRET",
+        ],
+    );
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("already exists"), "{err}");
+    }
+    let token = last_line(&cli(dir, &["caller", "add", name]));
+    let url = last_line(&cli(
+        dir,
+        &[
+            "connection",
+            "add",
+            "--caller",
+            name,
+            "--credential",
+            cred,
+            "--public-url",
+            public,
+        ],
+    ));
+    Agent { token, url }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// A `tools/call` body.
+pub fn tools_call(id: u32, tool: &str) -> String {
+    serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{}}}).to_string()
+}
+
+/// Poll `f` until it returns true, for at most `limit`; the elapsed time.
+pub async fn within<F, Fut>(limit: Duration, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if f().await {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
