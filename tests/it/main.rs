@@ -4,5 +4,6 @@
 mod cli;
 mod forwarding;
 mod refusals;
+mod rmcp_peers;
 mod sse;
 mod support;
