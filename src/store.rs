@@ -80,6 +80,12 @@ pub struct NewCredential<'a> {
     pub sealed: Vec<u8>,
 }
 
+/// The rows that can be revoked.
+enum Revocable {
+    Caller,
+    Connection,
+}
+
 /// The database behind tessera.
 #[derive(Clone)]
 pub struct Store {
@@ -222,30 +228,38 @@ impl Store {
 
     /// Revoke a caller; its connections stop working with it.
     pub async fn revoke_caller(&self, name: &str) -> Result<(), StoreError> {
+        self.revoke(Revocable::Caller, name).await
+    }
+
+    /// Mark one row revoked: not found and already revoked are errors that
+    /// name the row, so a typo does not pass as success.
+    async fn revoke(&self, what: Revocable, key: &str) -> Result<(), StoreError> {
+        let (kind, select, update) = match what {
+            Revocable::Caller => (
+                "caller",
+                "SELECT revoked_at FROM callers WHERE name = ?",
+                "UPDATE callers SET revoked_at = ? WHERE name = ?",
+            ),
+            Revocable::Connection => (
+                "connection",
+                "SELECT revoked_at FROM connections WHERE id = ?",
+                "UPDATE connections SET revoked_at = ? WHERE id = ?",
+            ),
+        };
+        let name = || key.to_string();
         let mut tx = self.pool.begin().await?;
-        let revoked: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT revoked_at FROM callers WHERE name = ?")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let revoked: Option<Option<i64>> = sqlx::query_scalar(select)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
         match revoked {
-            None => {
-                return Err(StoreError::NotFound {
-                    kind: "caller",
-                    name: name.to_string(),
-                })
-            }
-            Some(Some(_)) => {
-                return Err(StoreError::Revoked {
-                    kind: "caller",
-                    name: name.to_string(),
-                })
-            }
+            None => return Err(StoreError::NotFound { kind, name: name() }),
+            Some(Some(_)) => return Err(StoreError::Revoked { kind, name: name() }),
             Some(None) => {}
         }
-        sqlx::query("UPDATE callers SET revoked_at = ? WHERE name = ?")
+        sqlx::query(update)
             .bind(now())
-            .bind(name)
+            .bind(key)
             .execute(&mut *tx)
             .await?;
         Self::bump(&mut tx).await?;
@@ -326,35 +340,7 @@ impl Store {
     }
 
     pub async fn revoke_connection(&self, id: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let revoked: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT revoked_at FROM connections WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        match revoked {
-            None => {
-                return Err(StoreError::NotFound {
-                    kind: "connection",
-                    name: id.to_string(),
-                })
-            }
-            Some(Some(_)) => {
-                return Err(StoreError::Revoked {
-                    kind: "connection",
-                    name: id.to_string(),
-                })
-            }
-            Some(None) => {}
-        }
-        sqlx::query("UPDATE connections SET revoked_at = ? WHERE id = ?")
-            .bind(now())
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        Self::bump(&mut tx).await?;
-        tx.commit().await?;
-        Ok(())
+        self.revoke(Revocable::Connection, id).await
     }
 
     pub async fn connections(&self) -> Result<Vec<ConnectionRow>, StoreError> {

@@ -237,3 +237,26 @@ async fn unreachable_upstream_is_502_and_slow_one_504() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["id"], 2);
 }
+
+#[tokio::test]
+async fn upstream_redirects_are_not_followed() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/redirect"), "agent").await;
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = c
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .body(tools_call(1, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 302);
+    // tessera made exactly one upstream request: it did not chase the
+    // redirect with the credential attached.
+    assert_eq!(up.seen().len(), 1);
+}

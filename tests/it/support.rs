@@ -35,6 +35,7 @@ pub struct Seen {
 ///   `Set-Cookie`, `WWW-Authenticate` and `Mcp-Session-Id` headers;
 /// - `/deny`: 401 with a `WWW-Authenticate` challenge;
 /// - `/hang`: never answers;
+/// - `/redirect`: a 302 to another origin;
 /// - `/sse`: an event stream fed by the test through `sse_sender()`.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -130,6 +131,10 @@ async fn answer(
             )
             .body(full("nope".into())),
         "/hang" => std::future::pending().await,
+        "/redirect" => Response::builder()
+            .status(StatusCode::FOUND)
+            .header("location", "http://elsewhere.example/steal")
+            .body(full(String::new())),
         "/sse" => {
             let (tx, rx) = mpsc::channel::<Bytes>(8);
             *sse.lock().unwrap() = Some(tx);
