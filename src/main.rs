@@ -76,6 +76,10 @@ struct ServeArgs {
     /// How often the store is polled for changes made by other processes.
     #[arg(long, env = "TESSERA_REFRESH_MS", default_value_t = 250)]
     refresh_ms: u64,
+    /// Runtime worker threads (default: one per CPU core). A sidecar
+    /// pinned to one core runs best with 1.
+    #[arg(long, env = "TESSERA_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
 }
 
 #[derive(Subcommand)]
@@ -143,10 +147,24 @@ struct ListArgs {
 
 fn main() {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("building the tokio runtime");
+    // One worker means one thread: a current-thread runtime runs every
+    // connection on the main thread with no hand-off between threads.
+    let mut rt = match &cli.cmd {
+        Cmd::Serve(ServeArgs {
+            worker_threads: Some(1),
+            ..
+        }) => tokio::runtime::Builder::new_current_thread(),
+        Cmd::Serve(ServeArgs {
+            worker_threads: Some(n),
+            ..
+        }) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(usize::from(*n));
+            b
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let rt = rt.enable_all().build().expect("building the tokio runtime");
     if let Err(e) = rt.block_on(dispatch(cli)) {
         eprintln!("tessera: {e:#}");
         std::process::exit(1);
