@@ -10,21 +10,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::Full;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::credentials::Injection;
 use crate::error::ProxyError;
 use crate::snapshot::Upstream;
 
-/// The pooled HTTP(S) client to upstreams, built once at start.
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub use crate::pool::{SendError, UpstreamBody, UpstreamClient};
 
 /// Build the upstream client. TLS uses rustls with the webpki roots; HTTP/2
-/// is negotiated by ALPN. Redirects are never followed (hyper's client does
-/// not follow them), so a credential never travels to another origin.
+/// is negotiated by ALPN. Redirects are never followed, so a credential
+/// never travels to another origin. Must be called inside a Tokio runtime.
 pub fn client(connect_timeout: Duration, idle_timeout: Duration) -> UpstreamClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -45,9 +41,7 @@ pub fn client(connect_timeout: Duration, idle_timeout: Duration) -> UpstreamClie
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(idle_timeout)
-        .build(https)
+    UpstreamClient::new(https, idle_timeout)
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either
@@ -149,9 +143,19 @@ pub fn upstream_uri(up: &Upstream, sub_path: &str, query: Option<&str>) -> Resul
         .map_err(|_| ProxyError::InvalidRequest("the request path is not a valid URI"))
 }
 
+/// `.` or `..`, each dot plain or percent-encoded (`%2e`, `%2E`).
 fn is_dot_segment(seg: &str) -> bool {
-    let s = seg.to_ascii_lowercase().replace("%2e", ".");
-    s == "." || s == ".."
+    let mut rest = seg.as_bytes();
+    let mut dots = 0;
+    while !rest.is_empty() {
+        match rest {
+            [b'.', tail @ ..] => rest = tail,
+            [b'%', b'2', b'e' | b'E', tail @ ..] => rest = tail,
+            _ => return false,
+        }
+        dots += 1;
+    }
+    dots == 1 || dots == 2
 }
 
 /// Assemble the upstream request from the caller's parts.
@@ -260,8 +264,11 @@ mod tests {
             upstream_uri(&up, "/x", Some("a=1")).unwrap(),
             "http://h:1/mcp/x?k=v&a=1"
         );
-        for bad in ["/..", "/a/../b", "/%2e%2E", "/.", "/.%2e/x"] {
+        for bad in ["/..", "/a/../b", "/%2e%2E", "/.", "/.%2e/x", "/%2E"] {
             assert!(upstream_uri(&up, bad, None).is_err(), "{bad}");
+        }
+        for ok in ["/...", "/.x", "/%2e%2e%2e", "/a.b", "/%2f"] {
+            assert!(upstream_uri(&up, ok, None).is_ok(), "{ok}");
         }
     }
 }

@@ -11,7 +11,7 @@
 //! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
 //! - [`authz`]: the `Authorizer` decision;
 //! - [`forward`]: strip the caller's credentials, inject the stored one,
-//!   send on one pooled client;
+//!   send on the one pooled client ([`pool`]);
 //! - [`filter`]: response headers and upstream 401/403 on the way back;
 //! - [`error`]: the one error type and its HTTP/JSON-RPC rendering.
 //!
@@ -19,7 +19,7 @@
 //! in memory, refreshed from the store off the hot path), [`store`] (the
 //! database), [`secrets`] (sealing and token generation), [`credentials`]
 //! (how a secret becomes a header), [`admin`] (the CLI's commands),
-//! [`config`] (validated settings).
+//! [`config`] (validated settings), [`logging`] (the buffered logfmt log).
 
 #![forbid(unsafe_code)]
 
@@ -33,6 +33,8 @@ pub mod error;
 pub mod filter;
 pub mod forward;
 pub mod jsonrpc;
+pub mod logging;
+pub mod pool;
 pub mod proxy;
 pub mod route;
 pub mod secrets;

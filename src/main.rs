@@ -187,12 +187,21 @@ fn master_key(data_dir: &std::path::Path) -> Result<MasterKey> {
 }
 
 async fn serve(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
+    let log = tessera::logging::Buffered::stderr();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
+        .event_format(tessera::logging::Logfmt)
+        .with_writer(log.clone())
         .init();
+    // Whatever ends serving, the buffered lines are written out first.
+    let served = serve_logged(data_dir, a).await;
+    log.flush();
+    served
+}
+
+async fn serve_logged(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
     // Validate everything before binding a port.
     let cfg = config::parse_serve(RawServe {
         listen: a.listen,

@@ -8,17 +8,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use compact_str::CompactString;
 use http::{header, HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::value::RawValue;
 
 use crate::authn::{authenticate, connection_for};
 use crate::authz::{AuthzRequest, Verdict};
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::filter::{credential_rejected, filter_response_headers};
-use crate::forward::{upstream_request, upstream_uri};
+use crate::forward::{upstream_request, upstream_uri, SendError};
 use crate::jsonrpc::peek;
 use crate::route::route;
 use crate::server::State;
@@ -28,11 +28,14 @@ use crate::server::State;
 #[derive(Default)]
 struct Access {
     caller: Option<Arc<crate::snapshot::Caller>>,
-    connection: Option<String>,
-    rpc_method: Option<String>,
-    tool: Option<String>,
+    // Short strings are kept inline (no allocation per request for the
+    // usual method and tool names).
+    connection: Option<CompactString>,
+    rpc_method: Option<CompactString>,
+    tool: Option<CompactString>,
     reason: Option<&'static str>,
-    id: Option<Box<RawValue>>,
+    /// The raw JSON id, to answer a refusal with it.
+    id: Option<CompactString>,
 }
 
 /// Handle one request to the data plane.
@@ -44,14 +47,20 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         Ok(r) => r,
         Err(e) => {
             access.reason = Some(e.reason());
-            e.into_response(access.id.as_deref())
+            // The id was valid JSON when read; a refusal is rare enough to
+            // re-wrap it here rather than keep a heap copy per request.
+            let id = access
+                .id
+                .as_deref()
+                .and_then(|s| serde_json::value::RawValue::from_string(s.to_owned()).ok());
+            e.into_response(id.as_deref())
         }
     };
     tracing::info!(
         target: "tessera::access",
         caller = access.caller.as_ref().map(|c| c.name.as_str()),
         connection = access.connection.as_deref(),
-        http_method = %method,
+        http_method = method.as_str(),
         rpc_method = access.rpc_method.as_deref(),
         tool = access.tool.as_deref(),
         verdict = if access.reason.is_some() { "refused" } else { "forwarded" },
@@ -94,7 +103,10 @@ async fn proxy(
     } else {
         None
     };
-    access.id = peeked.as_ref().and_then(|p| p.id()).map(ToOwned::to_owned);
+    access.id = peeked
+        .as_ref()
+        .and_then(|p| p.id())
+        .map(|id| CompactString::from(id.get()));
 
     // Authorize every message of the body (or the bare GET/DELETE) before
     // anything reaches the upstream.
@@ -108,8 +120,8 @@ async fn proxy(
     };
     let messages = peeked.as_ref().map(|p| p.messages()).unwrap_or_default();
     if let Some(first) = messages.first() {
-        access.rpc_method = first.method.as_deref().map(str::to_owned);
-        access.tool = first.tool().map(str::to_owned);
+        access.rpc_method = first.method.as_deref().map(CompactString::from);
+        access.tool = first.tool().map(CompactString::from);
     }
     if messages.is_empty() {
         decide(state, &ask)?;
@@ -126,27 +138,26 @@ async fn proxy(
     let uri = upstream_uri(&upstream, r.sub_path, parts.uri.query())?;
     let up_req = upstream_request(parts.method, uri, parts.headers, &upstream, body);
     let credential = || upstream.credential.clone();
-    let resp =
-        match tokio::time::timeout(state.config.upstream_timeout, state.client.request(up_req))
-            .await
-        {
-            Err(_) => {
-                return Err(ProxyError::UpstreamTimeout {
-                    credential: credential(),
-                })
-            }
-            Ok(Err(e)) if e.is_connect() => {
-                return Err(ProxyError::UpstreamUnreachable {
-                    credential: credential(),
-                })
-            }
-            Ok(Err(_)) => {
-                return Err(ProxyError::UpstreamProtocol {
-                    credential: credential(),
-                })
-            }
-            Ok(Ok(resp)) => resp,
-        };
+    let resp = match tokio::time::timeout(state.config.upstream_timeout, state.client.send(up_req))
+        .await
+    {
+        Err(_) => {
+            return Err(ProxyError::UpstreamTimeout {
+                credential: credential(),
+            })
+        }
+        Ok(Err(SendError::Connect(_))) => {
+            return Err(ProxyError::UpstreamUnreachable {
+                credential: credential(),
+            })
+        }
+        Ok(Err(SendError::Http(_))) => {
+            return Err(ProxyError::UpstreamProtocol {
+                credential: credential(),
+            })
+        }
+        Ok(Ok(resp)) => resp,
+    };
 
     // Filter: an upstream challenge is never relayed; headers that would
     // let the caller act as the upstream's client are dropped; the body is

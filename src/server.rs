@@ -9,8 +9,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use http::{header, HeaderMap, Uri};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -120,7 +119,11 @@ pub async fn run(
     grace: Duration,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/1.1 only: MCP clients reach a plain-HTTP listener with HTTP/1.1
+    // (HTTP/2 comes by TLS ALPN, which a loopback sidecar does not serve).
+    // hyper-util's auto-detecting builder would read the first bytes apart,
+    // which costs every connection an extra 8 KiB read buffer.
+    let builder = hyper::server::conn::http1::Builder::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
@@ -139,12 +142,13 @@ pub async fn run(
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let svc = service_fn(move |req| {
-            let state = state.clone();
-            async move { Ok::<_, std::convert::Infallible>(crate::proxy::handle(state, req).await) }
+            // Boxed per request: hyper keeps the slot for the service's
+            // future allocated for the connection's whole life, so an
+            // unboxed handler would cost every idle open stream its size.
+            let handled = Box::pin(crate::proxy::handle(state.clone(), req));
+            async move { Ok::<_, std::convert::Infallible>(handled.await) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), svc)
-            .into_owned();
+        let conn = builder.serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -3,6 +3,7 @@
 
 mod cli;
 mod forwarding;
+mod pool;
 mod refusals;
 mod rmcp_peers;
 mod sse;

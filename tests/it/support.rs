@@ -26,6 +26,10 @@ pub const SECRET: &str = "upstream-secret-Zq8mX1vP";
 pub struct Seen {
     pub method: http::Method,
     pub path: String,
+    /// The request target exactly as sent (origin form for HTTP/1.1).
+    pub target: String,
+    /// The connection it arrived on (tessera's side of it).
+    pub peer: SocketAddr,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -36,12 +40,15 @@ pub struct Seen {
 /// - `/deny`: 401 with a `WWW-Authenticate` challenge;
 /// - `/hang`: never answers;
 /// - `/redirect`: a 302 to another origin;
-/// - `/sse`: an event stream fed by the test through `sse_sender()`.
+/// - `/sse`: an event stream fed by the test through `sse_sender()`;
+/// - `/close`: a normal answer, then the connection is closed.
 pub struct Upstream {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     sse: Arc<Mutex<Option<mpsc::Sender<Bytes>>>>,
     sse_opened: Arc<Notify>,
+    /// Signalled each time a connection to the upstream ends.
+    conn_closed: Arc<Notify>,
 }
 
 type UpBody = BoxBody<Bytes, Infallible>;
@@ -53,16 +60,24 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sse = Arc::new(Mutex::new(None));
         let sse_opened = Arc::new(Notify::new());
-        let (s, q, o) = (seen.clone(), sse.clone(), sse_opened.clone());
+        let conn_closed = Arc::new(Notify::new());
+        let (s, q, o, c) = (
+            seen.clone(),
+            sse.clone(),
+            sse_opened.clone(),
+            conn_closed.clone(),
+        );
         tokio::spawn(async move {
             loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let (s, q, o) = (s.clone(), q.clone(), o.clone());
+                let (stream, peer) = listener.accept().await.unwrap();
+                let (s, q, o, c) = (s.clone(), q.clone(), o.clone(), c.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| answer(req, s.clone(), q.clone(), o.clone()));
+                    let svc =
+                        service_fn(move |req| answer(req, peer, s.clone(), q.clone(), o.clone()));
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
+                    c.notify_waiters();
                 });
             }
         });
@@ -71,6 +86,7 @@ impl Upstream {
             seen,
             sse,
             sse_opened,
+            conn_closed,
         }
     }
 
@@ -80,6 +96,17 @@ impl Upstream {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// A future that resolves when a connection to the upstream next ends.
+    /// Create it before the action that should close one.
+    pub fn connection_closed(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let n = self.conn_closed.notified();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), n)
+                .await
+                .expect("no upstream connection closed within 5 s")
+        }
     }
 
     /// Wait until an SSE stream is open and return its sender. Dropping the
@@ -100,6 +127,7 @@ impl Upstream {
 
 async fn answer(
     req: Request<Incoming>,
+    peer: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     sse: Arc<Mutex<Option<mpsc::Sender<Bytes>>>>,
     opened: Arc<Notify>,
@@ -118,6 +146,8 @@ async fn answer(
     seen.lock().unwrap().push(Seen {
         method: parts.method.clone(),
         path: path.clone(),
+        target: parts.uri.to_string(),
+        peer,
         headers: parts.headers.clone(),
         body: body.clone(),
     });
@@ -131,6 +161,10 @@ async fn answer(
             )
             .body(full("nope".into())),
         "/hang" => std::future::pending().await,
+        "/close" => Response::builder()
+            .header("connection", "close")
+            .header("content-type", "application/json")
+            .body(full("{}".into())),
         "/redirect" => Response::builder()
             .status(StatusCode::FOUND)
             .header("location", "http://elsewhere.example/steal")

@@ -1,0 +1,370 @@
+//! Logging: one logfmt line per event, formatted without colour codes or a
+//! heap allocation per field, and written through a buffer, so that the
+//! access log (one event per request) costs no system call per request.
+//!
+//! The buffer is written out when it reaches 64 KiB, every second, at once
+//! after a warning or an error, and when `serve` stops (as nginx's
+//! `access_log … buffer=64k flush=1s`). A crash can lose at most the last
+//! second of access lines; warnings and errors are never held back.
+//!
+//! Values an attacker can choose (a tool name from a request body) are
+//! quoted and escaped, so no value can forge a line or a field.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Bytes held before the buffer is written out regardless of the timer.
+const FLUSH_AT: usize = 64 * 1024;
+/// How long an access line may wait in the buffer.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// The event format: `<RFC 3339 UTC time> <LEVEL> <target> key=value …`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Logfmt;
+
+impl<S, N> FormatEvent<S, N> for Logfmt
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        format_line(&mut w, SystemTime::now(), event)
+    }
+}
+
+fn format_line(
+    w: &mut dyn std::fmt::Write,
+    now: SystemTime,
+    event: &Event<'_>,
+) -> std::fmt::Result {
+    let meta = event.metadata();
+    write_time(w, now)?;
+    w.write_char(' ')?;
+    w.write_str(level_str(meta.level()))?;
+    w.write_char(' ')?;
+    w.write_str(meta.target())?;
+    let mut fields = Fields { w, result: Ok(()) };
+    event.record(&mut fields);
+    fields.result?;
+    w.write_char('\n')
+}
+
+fn level_str(l: &Level) -> &'static str {
+    match *l {
+        Level::ERROR => "ERROR",
+        Level::WARN => "WARN",
+        Level::INFO => "INFO",
+        Level::DEBUG => "DEBUG",
+        Level::TRACE => "TRACE",
+    }
+}
+
+/// `2026-12-03T07:28:04.151950Z`, from the Unix time (civil-from-days).
+fn write_time(w: &mut dyn std::fmt::Write, t: SystemTime) -> std::fmt::Result {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    write!(
+        w,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3_600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+/// Writes ` key=value` for each field; the `message` field as `msg=`.
+struct Fields<'a> {
+    w: &'a mut dyn std::fmt::Write,
+    result: std::fmt::Result,
+}
+
+impl Fields<'_> {
+    fn key(&mut self, f: &Field) -> std::fmt::Result {
+        self.w.write_char(' ')?;
+        self.w.write_str(if f.name() == "message" {
+            "msg"
+        } else {
+            f.name()
+        })?;
+        self.w.write_char('=')
+    }
+
+    fn put(&mut self, f: &Field, write: impl FnOnce(&mut dyn std::fmt::Write) -> std::fmt::Result) {
+        if self.result.is_ok() {
+            self.result = self.key(f).and_then(|()| write(self.w));
+        }
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, f: &Field, v: &str) {
+        self.put(f, |w| write_value(w, v));
+    }
+    fn record_u64(&mut self, f: &Field, v: u64) {
+        self.put(f, |w| write!(w, "{v}"));
+    }
+    fn record_i64(&mut self, f: &Field, v: i64) {
+        self.put(f, |w| write!(w, "{v}"));
+    }
+    fn record_bool(&mut self, f: &Field, v: bool) {
+        self.put(f, |w| w.write_str(if v { "true" } else { "false" }));
+    }
+    fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+        // Not on the request path: errors and start-up messages.
+        let s = format!("{v:?}");
+        self.put(f, |w| write_value(w, &s));
+    }
+}
+
+/// A value bare when it is plainly safe, else quoted with `"`, `\` and
+/// control characters escaped.
+fn write_value(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
+    let bare = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@+,".contains(&b));
+    if bare {
+        return w.write_str(v);
+    }
+    w.write_char('"')?;
+    for c in v.chars() {
+        match c {
+            '"' => w.write_str("\\\"")?,
+            '\\' => w.write_str("\\\\")?,
+            c if c.is_control() => write!(w, "{}", c.escape_default())?,
+            c => w.write_char(c)?,
+        }
+    }
+    w.write_char('"')
+}
+
+/// A `MakeWriter` that buffers lines and writes them to `sink` in batches.
+/// Cloning shares the buffer.
+#[derive(Clone)]
+pub struct Buffered {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    buf: Mutex<Vec<u8>>,
+    /// Held while writing to the sink, so batches keep their order.
+    sink: Mutex<Box<dyn Write + Send>>,
+}
+
+impl Inner {
+    fn flush(&self) {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let batch = {
+            let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+            if buf.is_empty() {
+                return;
+            }
+            std::mem::replace(&mut *buf, Vec::with_capacity(FLUSH_AT))
+        };
+        // A log that cannot be written has nowhere to report it.
+        let _ = sink.write_all(&batch).and_then(|()| sink.flush());
+    }
+}
+
+impl Buffered {
+    /// A buffer in front of `sink`, flushed only when full, on warnings and
+    /// errors, and by [`Buffered::flush`].
+    pub fn new(sink: Box<dyn Write + Send>) -> Self {
+        Buffered {
+            inner: Arc::new(Inner {
+                buf: Mutex::new(Vec::with_capacity(FLUSH_AT)),
+                sink: Mutex::new(sink),
+            }),
+        }
+    }
+
+    /// A buffer in front of stderr with a thread that flushes it every
+    /// [`FLUSH_EVERY`].
+    pub fn stderr() -> Self {
+        let b = Self::new(Box::new(std::io::stderr()));
+        let inner = Arc::downgrade(&b.inner);
+        let spawned = std::thread::Builder::new()
+            .name("tessera-log-flush".into())
+            .spawn(move || loop {
+                std::thread::sleep(FLUSH_EVERY);
+                match inner.upgrade() {
+                    Some(i) => i.flush(),
+                    None => return,
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("tessera: no log flush thread ({e}); lines are written per 64 KiB");
+        }
+        b
+    }
+
+    /// Write out everything buffered.
+    pub fn flush(&self) {
+        self.inner.flush();
+    }
+}
+
+/// One event's writer: appends to the buffer; a warning or error, or a
+/// full buffer, writes the buffer out when the event is complete.
+pub struct Line<'a> {
+    inner: &'a Inner,
+    urgent: bool,
+}
+
+impl Write for Line<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut buf = self.inner.buf.lock().unwrap_or_else(|p| p.into_inner());
+        buf.extend_from_slice(b);
+        self.urgent |= buf.len() >= FLUSH_AT;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line<'_> {
+    fn drop(&mut self) {
+        if self.urgent {
+            self.inner.flush();
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for Buffered {
+    type Writer = Line<'a>;
+
+    fn make_writer(&'a self) -> Line<'a> {
+        Line {
+            inner: &self.inner,
+            urgent: false,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Line<'a> {
+        Line {
+            inner: &self.inner,
+            // ERROR and WARN sort below INFO in tracing's order.
+            urgent: *meta.level() <= Level::WARN,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink the test can read.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl Shared {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn with_logger(f: impl FnOnce()) -> (Buffered, Shared) {
+        let sink = Shared::default();
+        let buffered = Buffered::new(Box::new(sink.clone()));
+        let sub = tracing_subscriber::fmt()
+            .event_format(Logfmt)
+            .with_writer(buffered.clone())
+            .with_max_level(Level::INFO)
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        (buffered, sink)
+    }
+
+    #[test]
+    fn time_is_rfc3339_utc() {
+        let mut s = String::new();
+        write_time(&mut s, UNIX_EPOCH).unwrap();
+        assert_eq!(s, "1970-01-01T00:00:00.000000Z");
+        let mut s = String::new();
+        let t = UNIX_EPOCH + Duration::new(1_796_282_885, 377_406_935);
+        write_time(&mut s, t).unwrap();
+        assert_eq!(s, "2026-12-03T07:28:05.377406Z");
+        let mut s = String::new();
+        write_time(&mut s, UNIX_EPOCH + Duration::from_secs(951_782_400)).unwrap();
+        assert_eq!(s, "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn fields_are_logfmt_and_hostile_values_are_escaped() {
+        let (buffered, sink) = with_logger(|| {
+            tracing::info!(
+                target: "tessera::access",
+                caller = "agent-1",
+                tool = "evil\nINFO tessera::access forged=1 \"q\"",
+                connection = None::<&str>,
+                status = 200u16,
+                ok = true,
+                "done"
+            );
+        });
+        buffered.flush();
+        let text = sink.text();
+        let line = text.strip_suffix('\n').unwrap();
+        assert!(!line.contains('\n'), "{line}");
+        let (_, rest) = line.split_once(' ').unwrap();
+        assert_eq!(
+            rest,
+            r#"INFO tessera::access msg=done caller=agent-1 tool="evil\nINFO tessera::access forged=1 \"q\"" status=200 ok=true"#
+        );
+    }
+
+    #[test]
+    fn info_waits_for_the_flush_and_warnings_do_not() {
+        let (buffered, sink) = with_logger(|| tracing::info!(status = 200u16));
+        assert_eq!(sink.text(), "", "an info line must wait in the buffer");
+        buffered.flush();
+        assert!(sink.text().ends_with("status=200\n"));
+        let (_, sink) = with_logger(|| {
+            tracing::info!(a = 1u64);
+            tracing::warn!(b = 2u64);
+        });
+        let text = sink.text();
+        assert!(text.contains("INFO") && text.contains("WARN"), "{text}");
+    }
+
+    #[test]
+    fn a_full_buffer_is_written_out() {
+        let (_, sink) = with_logger(|| {
+            for _ in 0..(FLUSH_AT / 40 + 1) {
+                tracing::info!(v = "0123456789012345678901234567890123456789");
+            }
+        });
+        assert!(sink.text().len() >= FLUSH_AT);
+    }
+}
