@@ -279,7 +279,11 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--streams", type=int, default=10_000)
     ap.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    ap.add_argument("--tessera", default=TESSERA,
+                    help="the tessera binary to measure (e.g. an older build, for before/after)")
     a = ap.parse_args()
+    global TESSERA
+    TESSERA = a.tessera
     if a.smoke:
         a.rounds, a.duration, a.streams, a.out = 1, 1, 200, None
     # Each stream is two sockets in the proxy (caller side, upstream side).
@@ -323,7 +327,7 @@ def main():
             conf = f.read()
         for k, v in {"DIR": ng, "UPSTREAM_PORT": up_port, "NGINX_PORT": n_port,
                      "CALLER_TOKEN": token, "CONNECTION_ID": conn_id,
-                     "UPSTREAM_SECRET": up_secret}.items():
+                     "UPSTREAM_SECRET": up_secret, "NOFILE": fd_limit}.items():
             conf = conf.replace(f"@{k}@", str(v))
         with open(os.path.join(ng, "nginx.conf"), "w") as f:
             f.write(conf)
@@ -460,6 +464,14 @@ def write_markdown(a, table):
     rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                          capture_output=True, text=True).stdout.strip()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # The "## History" section (before/after figures of past changes,
+    # written by people) is kept across runs.
+    history = ""
+    if os.path.exists(a.out):
+        with open(a.out) as f:
+            old = f.read()
+        if "\n## History\n" in old:
+            history = "\n## History\n" + old.split("\n## History\n", 1)[1]
     with open(a.out, "w") as f:
         f.write(f"""# Benchmarks
 
@@ -494,7 +506,7 @@ Written by `bench/run.sh` on {now}; tessera at `{rev}`.
 ## Results
 
 {table}
-""")
+{history}""")
 
 
 if __name__ == "__main__":
