@@ -214,7 +214,7 @@ def idle_streams(arm, n):
     line = p.stdout.readline().strip()
     if line != f"open {n}":
         p.kill()
-        die(f"{arm.name}: could not open {n} streams (client said {line!r})")
+        die(f"{arm.name}: could not open {n} streams (the client's error is above)")
     held = rss_kib(arm.pids)
     p.stdin.close()
     p.wait(timeout=60)
@@ -272,6 +272,7 @@ def machine():
 
 
 def main():
+    global TESSERA
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="one-second runs: check it works")
     ap.add_argument("--rounds", type=int, default=5)
@@ -279,17 +280,19 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--streams", type=int, default=10_000)
     ap.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
-    ap.add_argument("--tessera", default=TESSERA,
-                    help="the tessera binary to measure (e.g. an older build, for before/after)")
+    ap.add_argument("--tessera", default=TESSERA, help="the tessera binary to measure")
+    ap.add_argument("--compare", metavar="BIN",
+                    help="another tessera build to run as one more arm (before/after)")
     a = ap.parse_args()
-    global TESSERA
     TESSERA = a.tessera
     if a.smoke:
         a.rounds, a.duration, a.streams, a.out = 1, 1, 200, None
     # Each stream is two sockets in the proxy (caller side, upstream side).
+    # nginx starts dropping connections ("worker_connections are not
+    # enough") well before its limit, so keep a fifth of the fds spare.
     fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if 2 * a.streams + 200 > fd_limit:
-        wanted, a.streams = a.streams, (fd_limit - 200) // 2
+    if 2 * a.streams > fd_limit * 4 // 5:
+        wanted, a.streams = a.streams, fd_limit * 4 // 5 // 2
         print(f"bench: the fd limit is {fd_limit} and cannot be raised here; opening "
               f"{a.streams:,} idle streams instead of {wanted:,}", flush=True)
     sse_every_ms, sse_events = (2, 100) if a.smoke else (5, 600)
@@ -318,6 +321,13 @@ def main():
                   PROXY_CORE, stderr=open(t_log, "w"),
                   env=dict(os.environ, TESSERA_DATA_DIR=data, RUST_LOG="info,sqlx::query=debug"))
         wait_port(t_port, "tessera", t)
+        if a.compare:
+            b_port = free_port()
+            b = start([a.compare, "serve", "--listen", f"127.0.0.1:{b_port}",
+                       "--worker-threads", "1"], PROXY_CORE,
+                      stderr=open(os.path.join(work, "before.log"), "w"),
+                      env=dict(os.environ, TESSERA_DATA_DIR=data, RUST_LOG="info"))
+            wait_port(b_port, "the compared tessera", b)
 
         # nginx with the equivalent config.
         conn_id = t_url.rsplit("/", 1)[1]
@@ -341,6 +351,9 @@ def main():
                 [n.pid] + children(n.pid)),
             Arm("tessera", t_url, f"Bearer {token}", [t.pid]),
         ]
+        if a.compare:
+            arms.append(Arm("before", f"http://127.0.0.1:{b_port}/c/{conn_id}",
+                            f"Bearer {token}", [b.pid]))
         for arm in arms:
             check_arm(arm, arm.name != "direct")
 
@@ -395,17 +408,19 @@ def main():
 
         # Database statements while tessera serves a steady load.
         before = count_statements(t_log)
-        _, _, nreq = wrk(arms[2], lua, max(2, a.duration), a.connections)
+        tessera = next(arm for arm in arms if arm.name == "tessera")
+        _, _, nreq = wrk(tessera, lua, max(2, a.duration), a.connections)
         after = count_statements(t_log)
         total, polls = after[0] - before[0], after[1] - before[1]
         per_request = (total - polls) / nreq
-        add(arms[2], "db", per_request)
+        add(tessera, "db", per_request)
         print(f"tessera: {total} statements during {nreq} requests, {polls} of them the "
               f"background revision poll; {total - polls} on the request path", flush=True)
         if total != polls:
             die("tessera queried its database on the request path")
 
-        table = report(res, a)
+        micro = None if a.smoke else micro_benchmarks()
+        table = report(res, a, micro)
         print()
         print(table)
         if a.out:
@@ -447,16 +462,41 @@ TARGETS = {
 }
 
 
-def report(res, a):
-    lines = ["| measure | direct | nginx | tessera | tessera/nginx | tessera/direct | target |",
-             "|---|---|---|---|---|---|---|"]
+def micro_benchmarks():
+    """criterion's per-request pieces, on the proxy's core; (name, ns) each."""
+    print("micro-benchmarks (cargo bench --bench micro -- --quick)", flush=True)
+    out = subprocess.run(["taskset", "-c", PROXY_CORE, "cargo", "bench", "--quiet", "--bench",
+                          "micro", "--", "--quick", "--noplot"], cwd=ROOT, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        die(f"cargo bench failed: {out.stderr[-800:]}")
+    found, name = [], None
+    units = {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6}
+    for line in out.stdout.splitlines():
+        m = re.search(r"time:\s+\[\S+ \S+ ([\d.]+) (\S+) ", line)
+        head = line.split("time:")[0].strip()
+        if head:
+            name = head
+        if m and name:
+            found.append((name, float(m.group(1)) * units[m.group(2)]))
+            name = None
+    return found
+
+
+def report(res, a, micro=None):
+    names = list(res)  # direct, nginx, tessera[, before]
+    lines = ["| measure | " + " | ".join(names) + " | tessera/nginx | tessera/direct | target |",
+             "|---|" + "---|" * (len(names) + 3)]
     for key, label, unit, prec in ROWS:
-        t = {arm: med(res[arm].get(key, [])) for arm in ("direct", "nginx", "tessera")}
-        lines.append(f"| {label} | {fmt(t['direct'], unit, prec)} | {fmt(t['nginx'], unit, prec)} "
-                     f"| {fmt(t['tessera'], unit, prec)} | {ratio(t['tessera'], t['nginx'])} "
+        t = {arm: med(res[arm].get(key, [])) for arm in names}
+        cells = " | ".join(fmt(t[n], unit, prec) for n in names)
+        lines.append(f"| {label} | {cells} | {ratio(t['tessera'], t['nginx'])} "
                      f"| {ratio(t['tessera'], t['direct'])} | {TARGETS.get(key, '')} |")
     lines.append("")
     lines.append(f"Medians over {a.rounds} interleaved round(s), (min–max) after each.")
+    if micro:
+        lines += ["", "| per-request piece (criterion, median) | time | target |", "|---|---|---|"]
+        lines += [f"| {n} | {ns:,.0f} ns | ≤ 1,000 ns |" for n, ns in micro]
     return "\n".join(lines)
 
 
@@ -464,6 +504,8 @@ def write_markdown(a, table):
     rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                          capture_output=True, text=True).stdout.strip()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    compared = (f"- The `before` arm is another tessera build, `{a.compare}`, run the same\n"
+                f"  way in the same rounds.\n") if a.compare else ""
     # The "## History" section (before/after figures of past changes,
     # written by people) is kept across runs.
     history = ""
@@ -500,7 +542,7 @@ Written by `bench/run.sh` on {now}; tessera at `{rev}`.
 - Database: tessera's sqlx statement log is counted during a steady wrk run;
   the background revision poll (every 250 ms, independent of load) is
   counted apart from statements on the request path.
-- Versions: {version(["rustc", "--version"])}; {version(["nginx", "-v"])};
+{compared}- Versions: {version(["rustc", "--version"])}; {version(["nginx", "-v"])};
   {version(["wrk", "-v"])}; {version(["oha", "--version"])}.
 
 ## Results

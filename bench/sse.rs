@@ -46,29 +46,35 @@ fn main() {
     });
 }
 
-async fn open(uri: &Uri, token: &str) -> (Sender, Incoming) {
-    let authority = uri.authority().expect("URL has a host").clone();
+async fn open(uri: &Uri, token: &str) -> Result<(Sender, Incoming), String> {
+    let authority = uri.authority().ok_or("URL has no host")?.clone();
     let tcp = TcpStream::connect(authority.as_str())
         .await
-        .expect("connect");
-    tcp.set_nodelay(true).unwrap();
+        .map_err(|e| format!("connect: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
     let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
-        .expect("handshake");
+        .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(conn);
     let req = Request::get(uri.clone())
         .header(header::HOST, authority.as_str())
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::ACCEPT, "text/event-stream")
         .body(Empty::new())
-        .unwrap();
-    let resp = tx.send_request(req).await.expect("request");
-    assert!(
-        resp.status().is_success(),
-        "stream refused: {}",
-        resp.status()
-    );
-    (tx, resp.into_body())
+        .map_err(|e| e.to_string())?;
+    let resp = tx
+        .send_request(req)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("stream refused: {}", resp.status()));
+    }
+    Ok((tx, resp.into_body()))
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("bench-sse: {msg}");
+    std::process::exit(1)
 }
 
 /// Read frames until one holds a complete event; return its data line.
@@ -91,7 +97,7 @@ async fn next_event(body: &mut Incoming, buf: &mut Vec<u8>) -> Option<Bytes> {
 
 async fn delay(url: &str, token: &str, events: usize) {
     let uri: Uri = url.parse().expect("URL");
-    let (_tx, mut body) = open(&uri, token).await;
+    let (_tx, mut body) = open(&uri, token).await.unwrap_or_else(|e| fail(&e));
     let mut buf = Vec::new();
     let mut delays = Vec::with_capacity(events);
     while delays.len() < events {
@@ -121,16 +127,20 @@ async fn hold(url: &str, token: &str, streams: usize) {
         for _ in chunk {
             let (uri, token) = (uri.clone(), token.to_string());
             wave.spawn(async move {
-                let (tx, mut body) = open(&uri, &token).await;
+                let (tx, mut body) = open(&uri, &token).await?;
                 let mut buf = Vec::new();
                 next_event(&mut body, &mut buf)
                     .await
-                    .expect("no priming event");
-                (tx, body)
+                    .ok_or("no priming event")?;
+                Ok::<_, String>((tx, body))
             });
         }
         while let Some(r) = wave.join_next().await {
-            held.push(r.expect("a stream failed to open"));
+            match r {
+                Ok(Ok(stream)) => held.push(stream),
+                Ok(Err(e)) => fail(&format!("stream {} of {streams}: {e}", held.len() + 1)),
+                Err(e) => fail(&e.to_string()),
+            }
         }
     }
     println!("open {}", held.len());
