@@ -196,12 +196,16 @@ async fn serve(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
         .with_writer(log.clone())
         .init();
     // Whatever ends serving, the buffered lines are written out first.
-    let served = serve_logged(data_dir, a).await;
+    let served = serve_logged(data_dir, a, &log).await;
     log.flush();
     served
 }
 
-async fn serve_logged(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
+async fn serve_logged(
+    data_dir: &std::path::Path,
+    a: ServeArgs,
+    log: &tessera::logging::Buffered,
+) -> Result<()> {
     // Validate everything before binding a port.
     let cfg = config::parse_serve(RawServe {
         listen: a.listen,
@@ -220,6 +224,8 @@ async fn serve_logged(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
     tracing::info!(listen = %listener.local_addr()?, public_url = %cfg.public_url, "tessera serving");
+    // Start-up lines are shown at once, not a second later.
+    log.flush();
     tessera::server::run(listener, state, shutdown_signal(), Duration::from_secs(5)).await;
     Ok(())
 }
