@@ -226,6 +226,7 @@ async fn unreachable_upstream_is_502_and_slow_one_504() {
         .unwrap()
         .contains("unreachable"));
     let b = p.agent("slow", &up.url("/hang"), "a2").await;
+    let closed = up.connection_closed();
     let r = client()
         .post(&b.url)
         .bearer_auth(&b.token)
@@ -236,6 +237,8 @@ async fn unreachable_upstream_is_502_and_slow_one_504() {
     assert_eq!(r.status(), 504);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["id"], 2);
+    // The abandoned upstream request does not keep its connection open.
+    closed.await;
 }
 
 #[tokio::test]
