@@ -22,6 +22,18 @@ pub use crate::pool::{SendError, UpstreamBody, UpstreamClient};
 /// is negotiated by ALPN. Redirects are never followed, so a credential
 /// never travels to another origin. Must be called inside a Tokio runtime.
 pub fn client(connect_timeout: Duration, idle_timeout: Duration) -> UpstreamClient {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    client_with_roots(connect_timeout, idle_timeout, roots)
+}
+
+/// [`client`] trusting `roots` instead of the webpki roots.
+pub fn client_with_roots(
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    roots: rustls::RootCertStore,
+) -> UpstreamClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -31,9 +43,7 @@ pub fn client(connect_timeout: Duration, idle_timeout: Duration) -> UpstreamClie
     )
     .with_safe_default_protocol_versions()
     .expect("ring supports the default TLS versions")
-    .with_root_certificates(rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    })
+    .with_root_certificates(roots)
     .with_no_client_auth();
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)

@@ -99,3 +99,89 @@ async fn idle_upstream_connections_close_after_the_idle_timeout() {
     up.connection_closed().await;
     assert_eq!(p.state.client.idle_connections(), 0);
 }
+
+/// An HTTPS upstream offering HTTP/2 by ALPN, with a certificate made for
+/// the test: every request shares one connection.
+#[tokio::test]
+async fn https_upstreams_that_offer_http2_share_one_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = made.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+    let mut tls = rustls::ServerConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.clone()], key)
+    .unwrap();
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (acc, s) = (accepted.clone(), seen.clone());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            acc.fetch_add(1, Ordering::SeqCst);
+            let (acceptor, s) = (acceptor.clone(), s.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req: http::Request<_>| {
+                    s.lock().unwrap().push((
+                        req.version(),
+                        req.uri().to_string(),
+                        req.headers().get("authorization").cloned(),
+                    ));
+                    async {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from("ok"),
+                        )))
+                    }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let c =
+        tessera::forward::client_with_roots(Duration::from_secs(5), Duration::from_secs(90), roots);
+    for i in 0..3 {
+        let req = http::Request::post(format!("https://localhost:{port}/mcp?n={i}"))
+            .header("host", format!("localhost:{port}"))
+            .header("authorization", "Bearer stored")
+            .body(Full::new(Bytes::from("{}")))
+            .unwrap();
+        let resp = c.send(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "ok");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one shared HTTP/2 connection"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    for (i, (version, uri, auth)) in seen.iter().enumerate() {
+        assert_eq!(*version, http::Version::HTTP_2);
+        assert_eq!(uri, &format!("https://localhost:{port}/mcp?n={i}"));
+        assert_eq!(auth.as_ref().unwrap(), "Bearer stored");
+    }
+    assert_eq!(c.idle_connections(), 1);
+}
