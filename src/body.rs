@@ -7,7 +7,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 /// A response body: boxed so upstream streams and tessera's own answers
 /// share one type.
-pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+pub type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// A body from a buffer tessera produced.
 pub fn full(b: Bytes) -> ProxyBody {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
-use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::credentials::Injection;
@@ -175,7 +174,7 @@ pub fn upstream_request(
     mut headers: HeaderMap,
     up: &Upstream,
     body: Bytes,
-) -> Request<Full<Bytes>> {
+) -> Request<Bytes> {
     strip_and_inject(&mut headers, &up.injection);
     if let Some(host) = uri
         .authority()
@@ -183,7 +182,7 @@ pub fn upstream_request(
     {
         headers.insert(header::HOST, host);
     }
-    let mut req = Request::new(Full::new(body));
+    let mut req = Request::new(body);
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;

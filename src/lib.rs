@@ -32,6 +32,7 @@ pub mod credentials;
 pub mod error;
 pub mod filter;
 pub mod forward;
+pub mod h1;
 pub mod jsonrpc;
 pub mod logging;
 pub mod pool;

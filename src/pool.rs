@@ -1,19 +1,18 @@
 //! The upstream client: pooled HTTP/1.1 and HTTP/2 connections per
-//! upstream origin, on hyper's connection API directly.
+//! upstream origin.
 //!
-//! Why not hyper-util's legacy `Client`: per request it races a lazy
-//! connect against the pool checkout and spawns a task that waits to put
-//! the connection back, and per connection it keeps futures a forwarder
-//! does not need. Here a request takes an idle HTTP/1.1 connection (or
-//! shares the origin's HTTP/2 one), and the response body puts the
-//! connection back when it ends: no task, no channel, no lock held across
-//! an await. BENCHMARKS.md has the before and after.
+//! HTTP/1.1 (every plain `http://` upstream, and TLS ones that do not
+//! offer h2) is spoken by [`crate::h1`] from the request's own task: a
+//! request takes an idle connection, writes, reads the answer, and the
+//! response body puts the connection back when it ends. No task, channel or
+//! lock sits between the caller's request and the upstream socket.
+//! HTTP/2, negotiated by TLS ALPN, goes through hyper's client connection,
+//! one shared connection per origin.
 //!
-//! HTTP/2 is used when TLS negotiates it by ALPN; plain `http://` upstreams
-//! speak HTTP/1.1. Redirects are never followed: nothing here reads a
-//! `Location`. A request is retried on a fresh connection only when hyper
-//! hands it back unsent (the pooled connection had closed), never after it
-//! may have reached the upstream: a tool call must not run twice.
+//! Redirects are never followed: nothing here reads a `Location`. A request
+//! is never retried once it may have reached the upstream (a tool call must
+//! not run twice); an idle connection is checked without waiting before it
+//! is used, so one the upstream has closed is replaced, not written to.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -22,29 +21,92 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::uri::{Authority, PathAndQuery};
+use http::uri::Authority;
 use http::{header, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_rustls::HttpsConnector;
+use hyper::client::conn::http2;
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tower_service::Service;
 
-type H1 = http1::SendRequest<Full<Bytes>>;
-type H2 = http2::SendRequest<Full<Bytes>>;
+use crate::h1;
 
+type H2 = http2::SendRequest<Full<Bytes>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// An upstream HTTP/1.1 connection. The TLS state is boxed: it is large, and
+/// a plain connection (an idle stream to a sidecar's upstream) should not
+/// carry its size.
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>>),
+}
+
+impl Io {
+    fn new(io: MaybeHttpsStream<TokioIo<TcpStream>>) -> Io {
+        match io {
+            MaybeHttpsStream::Http(tcp) => Io::Plain(tcp.into_inner()),
+            tls => Io::Tls(Box::new(TokioIo::new(tls))),
+        }
+    }
+}
+
+/// Delegate an I/O method to whichever stream this is.
+macro_rules! delegate {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self.get_mut() {
+            Io::Plain($s) => {
+                let $s = Pin::new($s);
+                $call
+            }
+            Io::Tls($s) => {
+                let $s = Pin::new(&mut **$s);
+                $call
+            }
+        }
+    };
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        delegate!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        delegate!(self, s => s.poll_write(cx, buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        delegate!(self, s => s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        delegate!(self, s => s.poll_shutdown(cx))
+    }
+}
 /// Why a request did not get a response from the upstream.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// No connection could be made (refused, DNS, TLS, connect timeout).
     #[error("connecting to the upstream failed: {0}")]
-    Connect(Box<dyn std::error::Error + Send + Sync>),
+    Connect(BoxError),
     /// The connection broke or the upstream spoke invalid HTTP.
     #[error("the upstream HTTP exchange failed: {0}")]
-    Http(#[from] hyper::Error),
+    Http(BoxError),
 }
 
 /// Where connections go: scheme and authority.
@@ -73,7 +135,7 @@ impl Origin {
 /// most one shared HTTP/2 one.
 #[derive(Default)]
 struct Slot {
-    idle: Vec<(H1, Instant)>,
+    idle: Vec<(Io, Instant)>,
     h2: Option<(H2, Instant)>,
 }
 
@@ -90,7 +152,7 @@ pub struct UpstreamClient {
 }
 
 enum Pooled {
-    H1(H1),
+    H1(Io),
     H2(H2),
 }
 
@@ -110,84 +172,52 @@ impl UpstreamClient {
 
     /// Send `req` (absolute URI, `Host` already set) and return the
     /// response head; the body streams from the connection.
-    pub async fn send(
-        &self,
-        mut req: Request<Full<Bytes>>,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    pub async fn send(&self, req: Request<Bytes>) -> Result<Response<UpstreamBody>, SendError> {
         let origin = Origin::of(req.uri())?;
-        if let Some(pooled) = self.inner.checkout(&origin) {
-            match pooled {
-                Pooled::H2(mut tx) => return send_h2(&mut tx, req).await,
-                Pooled::H1(mut tx) => match tx.try_send_request(h1_form(req)).await {
-                    Ok(resp) => return Ok(self.inner.body_returns(resp, tx, origin)),
-                    // Handed back unsent: the connection had closed. Retry
-                    // once on a new one.
-                    Err(mut e) => match e.take_message() {
-                        Some(unsent) => req = with_origin(unsent, &origin),
-                        None => return Err(SendError::Http(e.into_error())),
-                    },
-                },
-            }
-        }
-        // Boxed: the connect path is rare, and its futures would otherwise
-        // make every request's future (and every open stream) larger.
-        let connect = Box::pin(self.inner.connect(&origin, req.uri().clone()));
-        match connect.await? {
-            Pooled::H2(mut tx) => send_h2(&mut tx, req).await,
-            Pooled::H1(mut tx) => {
-                let resp = tx
-                    .send_request(h1_form(req))
+        let pooled = match self.inner.checkout(&origin) {
+            Some(p) => p,
+            // Boxed: the connect path is rare, and its futures would
+            // otherwise make every request's future (and every open stream)
+            // larger.
+            None => Box::pin(self.inner.connect(&origin, req.uri().clone())).await?,
+        };
+        match pooled {
+            Pooled::H1(io) => {
+                let resp = h1::exchange(io, &req)
                     .await
-                    .map_err(SendError::Http)?;
-                Ok(self.inner.body_returns(resp, tx, origin))
+                    .map_err(|e| SendError::Http(e.into()))?;
+                let pool = Arc::downgrade(&self.inner);
+                Ok(resp.map(|body| {
+                    let mut body = UpstreamBody(Kind::H1 {
+                        body,
+                        back: Some((origin, pool)),
+                    });
+                    body.give_back_if_done();
+                    body
+                }))
+            }
+            Pooled::H2(mut tx) => {
+                // HTTP/2 carries the authority in the URI; `Host` would
+                // duplicate it.
+                let mut req = req.map(Full::new);
+                req.headers_mut().remove(header::HOST);
+                let resp = tx
+                    .send_request(req)
+                    .await
+                    .map_err(|e| SendError::Http(e.into()))?;
+                Ok(resp.map(|b| UpstreamBody(Kind::H2(b))))
             }
         }
     }
 
     /// Idle HTTP/1.1 connections and live HTTP/2 ones, across origins.
     pub fn idle_connections(&self) -> usize {
-        let slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = self.inner.slots();
         slots
             .values()
             .map(|s| s.idle.len() + usize::from(s.h2.is_some()))
             .sum()
     }
-}
-
-async fn send_h2(
-    tx: &mut H2,
-    mut req: Request<Full<Bytes>>,
-) -> Result<Response<UpstreamBody>, SendError> {
-    // HTTP/2 carries the authority in the URI; `Host` would duplicate it.
-    req.headers_mut().remove(header::HOST);
-    let resp = tx.send_request(req).await?;
-    Ok(resp.map(|inner| UpstreamBody { inner, back: None }))
-}
-
-/// HTTP/1.1 to an origin server takes the origin form (`/path?query`).
-fn h1_form(mut req: Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let pq = req
-        .uri()
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    *req.uri_mut() = Uri::from(pq);
-    req
-}
-
-/// Restore the absolute URI of a request turned into origin form.
-fn with_origin(mut req: Request<Full<Bytes>>, o: &Origin) -> Request<Full<Bytes>> {
-    let mut parts = req.uri().clone().into_parts();
-    parts.scheme = Some(if o.https {
-        http::uri::Scheme::HTTPS
-    } else {
-        http::uri::Scheme::HTTP
-    });
-    parts.authority = Some(o.authority.clone());
-    if let Ok(uri) = Uri::from_parts(parts) {
-        *req.uri_mut() = uri;
-    }
-    req
 }
 
 impl Inner {
@@ -208,12 +238,10 @@ impl Inner {
             }
             slot.h2 = None;
         }
-        while let Some((tx, since)) = slot.idle.pop() {
-            if tx.is_ready() && now.duration_since(since) < self.idle_timeout {
-                return Some(Pooled::H1(tx));
+        while let Some((mut io, since)) = slot.idle.pop() {
+            if now.duration_since(since) < self.idle_timeout && h1::idle_and_open(&mut io) {
+                return Some(Pooled::H1(io));
             }
-            // Closed, expired, or (rarely) not yet idle after its last
-            // response: let it go rather than wait for it.
         }
         None
     }
@@ -224,63 +252,34 @@ impl Inner {
             .await
             .map_err(SendError::Connect)?;
         let io = connector.call(uri).await.map_err(SendError::Connect)?;
-        if io.connected().is_negotiated_h2() {
-            let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .handshake(io)
-                .await?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "upstream HTTP/2 connection ended");
-                }
-            });
-            self.slots().entry(origin.clone()).or_default().h2 = Some((tx.clone(), Instant::now()));
-            Ok(Pooled::H2(tx))
-        } else {
-            let (tx, conn) = http1::Builder::new().handshake(io).await?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "upstream HTTP/1.1 connection ended");
-                }
-            });
-            Ok(Pooled::H1(tx))
+        if !io.connected().is_negotiated_h2() {
+            return Ok(Pooled::H1(Io::new(io)));
         }
+        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(io)
+            .await
+            .map_err(|e| SendError::Connect(e.into()))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream HTTP/2 connection ended");
+            }
+        });
+        self.slots().entry(origin.clone()).or_default().h2 = Some((tx.clone(), Instant::now()));
+        Ok(Pooled::H2(tx))
     }
 
-    /// The response with a body that puts `tx` back when it ends.
-    fn body_returns(
-        self: &Arc<Self>,
-        resp: Response<Incoming>,
-        tx: H1,
-        origin: Origin,
-    ) -> Response<UpstreamBody> {
-        let back = GiveBack {
-            tx,
-            origin,
-            pool: Arc::downgrade(self),
-        };
-        let (parts, inner) = resp.into_parts();
-        let mut body = UpstreamBody {
-            inner,
-            back: Some(back),
-        };
-        body.give_back_if_done();
-        Response::from_parts(parts, body)
-    }
-
-    fn put(&self, origin: Origin, tx: H1) {
-        if !tx.is_closed() {
-            self.slots()
-                .entry(origin)
-                .or_default()
-                .idle
-                .push((tx, Instant::now()));
-        }
+    fn put(&self, origin: Origin, io: Io) {
+        self.slots()
+            .entry(origin)
+            .or_default()
+            .idle
+            .push((io, Instant::now()));
     }
 }
 
-/// Close idle connections older than the idle timeout, until the client is
-/// dropped.
+/// Close idle connections that are older than the idle timeout or that the
+/// upstream closed, until the client is dropped.
 async fn sweep(pool: Weak<Inner>, idle_timeout: Duration) {
     let mut tick = tokio::time::interval(idle_timeout / 2);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -289,8 +288,9 @@ async fn sweep(pool: Weak<Inner>, idle_timeout: Duration) {
         let Some(pool) = pool.upgrade() else { return };
         let now = Instant::now();
         pool.slots().retain(|_, slot| {
-            slot.idle
-                .retain(|(tx, since)| !tx.is_closed() && now.duration_since(*since) < idle_timeout);
+            slot.idle.retain_mut(|(io, since)| {
+                now.duration_since(*since) < idle_timeout && h1::idle_and_open(io)
+            });
             if slot.h2.as_ref().is_some_and(|(tx, used)| {
                 tx.is_closed() || now.duration_since(*used) >= idle_timeout
             }) {
@@ -301,59 +301,68 @@ async fn sweep(pool: Weak<Inner>, idle_timeout: Duration) {
     }
 }
 
-struct GiveBack {
-    tx: H1,
-    origin: Origin,
-    pool: Weak<Inner>,
-}
-
 /// An upstream response body, streamed frame by frame. On HTTP/1.1 it puts
 /// its connection back in the pool when it ends; dropped before the end,
 /// the connection closes with it (it cannot carry another request).
-pub struct UpstreamBody {
-    inner: Incoming,
-    back: Option<GiveBack>,
+pub struct UpstreamBody(Kind);
+
+enum Kind {
+    H1 {
+        body: h1::Body<Io>,
+        back: Option<(Origin, Weak<Inner>)>,
+    },
+    H2(Incoming),
 }
 
 impl UpstreamBody {
-    fn give_back(&mut self) {
-        if let Some(b) = self.back.take() {
-            if let Some(pool) = b.pool.upgrade() {
-                pool.put(b.origin, b.tx);
-            }
-        }
-    }
-
     fn give_back_if_done(&mut self) {
-        if self.inner.is_end_stream() {
-            self.give_back();
+        let Kind::H1 { body, back } = &mut self.0 else {
+            return;
+        };
+        let Some(io) = body.take_reusable() else {
+            return;
+        };
+        if let Some((origin, pool)) = back.take() {
+            if let Some(pool) = pool.upgrade() {
+                pool.put(origin, io);
+            }
         }
     }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
-        match &frame {
-            None => self.give_back(),
-            Some(Ok(_)) => self.give_back_if_done(),
-            // A broken body means a broken connection: never reuse it.
-            Some(Err(_)) => self.back = None,
-        }
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let frame = match &mut self.0 {
+            Kind::H1 { body, .. } => {
+                ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(BoxError::from))
+            }
+            Kind::H2(body) => {
+                return Pin::new(body)
+                    .poll_frame(cx)
+                    .map(|f| f.map(|f| f.map_err(BoxError::from)))
+            }
+        };
+        self.give_back_if_done();
         Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.0 {
+            Kind::H1 { body, .. } => body.is_end_stream(),
+            Kind::H2(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.0 {
+            Kind::H1 { body, .. } => body.size_hint(),
+            Kind::H2(body) => body.size_hint(),
+        }
     }
 }

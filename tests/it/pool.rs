@@ -104,6 +104,17 @@ async fn idle_upstream_connections_close_after_the_idle_timeout() {
 /// the test: every request shares one connection.
 #[tokio::test]
 async fn https_upstreams_that_offer_http2_share_one_connection() {
+    https_requests_reuse_one_connection(&[b"h2", b"http/1.1"], http::Version::HTTP_2).await;
+}
+
+/// An HTTPS upstream that speaks only HTTP/1.1: requests go one after
+/// another on one pooled TLS connection.
+#[tokio::test]
+async fn https_upstreams_on_http1_reuse_one_connection() {
+    https_requests_reuse_one_connection(&[b"http/1.1"], http::Version::HTTP_11).await;
+}
+
+async fn https_requests_reuse_one_connection(alpn: &[&[u8]], version: http::Version) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
@@ -121,7 +132,7 @@ async fn https_upstreams_that_offer_http2_share_one_connection() {
     .with_no_client_auth()
     .with_single_cert(vec![cert.clone()], key)
     .unwrap();
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -149,7 +160,7 @@ async fn https_upstreams_that_offer_http2_share_one_connection() {
                         )))
                     }
                 });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tls), svc)
                     .await;
             });
@@ -164,23 +175,24 @@ async fn https_upstreams_that_offer_http2_share_one_connection() {
         let req = http::Request::post(format!("https://localhost:{port}/mcp?n={i}"))
             .header("host", format!("localhost:{port}"))
             .header("authorization", "Bearer stored")
-            .body(Full::new(Bytes::from("{}")))
+            .body(Bytes::from("{}"))
             .unwrap();
         let resp = c.send(req).await.unwrap();
         assert_eq!(resp.status(), 200);
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "ok");
     }
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        1,
-        "one shared HTTP/2 connection"
-    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection");
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 3);
-    for (i, (version, uri, auth)) in seen.iter().enumerate() {
-        assert_eq!(*version, http::Version::HTTP_2);
-        assert_eq!(uri, &format!("https://localhost:{port}/mcp?n={i}"));
+    for (i, (v, uri, auth)) in seen.iter().enumerate() {
+        assert_eq!(*v, version);
+        let target = format!("/mcp?n={i}");
+        if version == http::Version::HTTP_2 {
+            assert_eq!(uri, &format!("https://localhost:{port}{target}"));
+        } else {
+            assert_eq!(uri, &target, "origin form on HTTP/1.1");
+        }
         assert_eq!(auth.as_ref().unwrap(), "Bearer stored");
     }
     assert_eq!(c.idle_connections(), 1);
