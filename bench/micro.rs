@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the per-request pieces of the data plane, each on
 //! realistic input: the caller-token check, header strip/inject and
 //! response filtering, the JSON-RPC peek of method and tool name, and
-//! address routing. Target: each under 1 µs on the benchmark machine.
+//! address routing, and one policy decision (Cedar, default and example
+//! policies). Target: each under 1 µs on the benchmark machine.
 //!
 //! `cargo bench --bench micro` (add `-- --quick` for a short run).
 
@@ -10,10 +11,12 @@ use std::sync::Arc;
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
 use http::{HeaderMap, HeaderValue, Method};
 use tessera::authn::{authenticate, connection_for};
+use tessera::authz::AuthzRequest;
 use tessera::credentials::{injection, Scheme};
 use tessera::filter::filter_response_headers;
 use tessera::forward::strip_and_inject;
 use tessera::jsonrpc::peek;
+use tessera::policy::Policies;
 use tessera::route::route;
 use tessera::secrets::{token_digest, SecretString};
 use tessera::snapshot::{Caller, Connection, Snapshot, Upstream};
@@ -37,21 +40,23 @@ fn snapshot() -> Snapshot {
         )
         .unwrap(),
     });
-    let mut snap = Snapshot::default();
+    let mut callers = std::collections::HashMap::new();
+    let mut connections = std::collections::HashMap::new();
     for i in 0..1000i64 {
         let (token, id) = if i == 500 {
             (TOKEN.to_string(), CONN.to_string())
         } else {
             (format!("tsr_other_{i:040}"), format!("conn{i:028}"))
         };
-        snap.callers.insert(
+        callers.insert(
             token_digest(token.as_bytes()),
             Arc::new(Caller {
                 id: i,
                 name: format!("agent-{i}"),
+                groups: Vec::new(),
             }),
         );
-        snap.connections.insert(
+        connections.insert(
             id,
             Connection {
                 caller_id: i,
@@ -59,7 +64,29 @@ fn snapshot() -> Snapshot {
             },
         );
     }
-    snap
+    let entities = tessera::policy::entities(
+        callers.values().map(|c| &**c),
+        connections.iter().map(|(id, c)| (id.as_str(), c)),
+        Policies::builtin().schema(),
+    );
+    Snapshot {
+        revision: 1,
+        callers,
+        connections,
+        entities,
+    }
+}
+
+/// The shipped default policy plus every example in `policies/examples/`.
+fn example_policies() -> Policies {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    std::fs::copy(root.join("default.cedar"), dir.path().join("default.cedar")).unwrap();
+    for e in std::fs::read_dir(root.join("examples")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.path().join(p.file_name().unwrap())).unwrap();
+    }
+    Policies::load_dir(dir.path()).unwrap()
 }
 
 /// The headers an MCP client sends on a `tools/call`.
@@ -133,6 +160,32 @@ fn benches(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    let conn = &snap.connections[CONN];
+    let body = peek(TOOLS_CALL).unwrap();
+    let m = &body.messages()[0];
+    let ask = AuthzRequest {
+        caller: &caller,
+        connection_id: CONN,
+        connection: conn,
+        entities: &snap.entities,
+        http_method: &Method::POST,
+        rpc_method: m.method.as_deref(),
+        tool: m.tool(),
+        arguments: m.arguments(),
+        protocol_version: Some("2025-11-25"),
+        origin: None,
+        time: std::time::SystemTime::now(),
+    };
+    for (name, policies) in [
+        ("policy decision (default policy)", Policies::builtin()),
+        (
+            "policy decision (default + 4 example policies)",
+            example_policies(),
+        ),
+    ] {
+        assert!(policies.evaluate(&ask).allowed || name.contains("example"));
+        c.bench_function(name, |b| b.iter(|| policies.evaluate(black_box(&ask))));
+    }
     let resp = response_headers();
     c.bench_function("filter response headers", |b| {
         b.iter_batched_ref(

@@ -99,12 +99,28 @@ pub async fn credential_add(
     Ok(())
 }
 
-/// Create a caller; returns its token, the only time it exists in clear.
-pub async fn caller_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
+/// Create a caller in `groups` (names like a caller's; policies refer to
+/// them as `Group::"name"`); returns its token, the only time it exists in
+/// clear.
+pub async fn caller_add(
+    store: &Store,
+    name: &str,
+    groups: &[String],
+) -> Result<SecretString, AdminError> {
     check_name(name)?;
+    for g in groups {
+        check_name(g)?;
+    }
+    let mut groups = groups.to_vec();
+    groups.sort();
+    groups.dedup();
     let token = new_caller_token();
     store
-        .add_caller(name, &token_digest(token.expose_secret().as_bytes()))
+        .add_caller(
+            name,
+            &token_digest(token.expose_secret().as_bytes()),
+            &groups,
+        )
         .await?;
     Ok(token)
 }

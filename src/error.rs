@@ -30,7 +30,15 @@ pub enum ProxyError {
     )]
     Unauthorized,
     #[error("forbidden: {0}")]
-    Denied(&'static str),
+    Denied(String),
+    /// A `tools/call` that policy refused: answered as a tool result with
+    /// `isError: true`, which the model reads as feedback.
+    #[error("tessera refused the call of tool {tool:?} on connection {connection}: {denial}. This is the proxy's policy, not a fault in the call: do not retry it; pick another way or ask the user.")]
+    ToolDenied {
+        tool: String,
+        connection: String,
+        denial: crate::authz::Denial,
+    },
     #[error("request body too large: the limit is {0} bytes")]
     PayloadTooLarge(usize),
     #[error("parse error: the request body is not valid JSON")]
@@ -64,6 +72,7 @@ impl ProxyError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             NotFound => StatusCode::NOT_FOUND,
             ForbiddenOrigin | ForbiddenHost | Denied(_) => StatusCode::FORBIDDEN,
+            ToolDenied { .. } => StatusCode::OK,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
@@ -82,7 +91,7 @@ impl ProxyError {
             ParseError => -32700,
             InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed => -32600,
             Unauthorized => -32001,
-            ForbiddenOrigin | ForbiddenHost | Denied(_) => -32003,
+            ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
             NotFound => -32004,
             UpstreamUnreachable { .. } | UpstreamProtocol { .. } | CredentialRejected { .. } => {
                 -32010
@@ -100,7 +109,7 @@ impl ProxyError {
             ForbiddenOrigin => "origin",
             ForbiddenHost => "host",
             Unauthorized => "unauthenticated",
-            Denied(_) => "denied",
+            Denied(_) | ToolDenied { .. } => "denied",
             PayloadTooLarge(_) => "too_large",
             ParseError => "parse",
             InvalidRequest(_) => "invalid",
@@ -116,11 +125,21 @@ impl ProxyError {
     /// when it could be read (`null` otherwise), and the headers a client
     /// needs to act (`Allow`, tessera's own `WWW-Authenticate`).
     pub fn into_response(self, id: Option<&RawValue>) -> Response<ProxyBody> {
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": { "code": self.code(), "message": self.to_string() },
-        });
+        let body = match self {
+            ProxyError::ToolDenied { .. } => serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "result": {
+                    "content": [{ "type": "text", "text": self.to_string() }],
+                    "isError": true,
+                },
+            }),
+            _ => serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": { "code": self.code(), "message": self.to_string() },
+            }),
+        };
         let mut resp = Response::new(full(Bytes::from(body.to_string())));
         *resp.status_mut() = self.status();
         let h = resp.headers_mut();

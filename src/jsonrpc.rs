@@ -24,6 +24,16 @@ pub struct Message<'a> {
 struct Params<'a> {
     #[serde(borrow, default)]
     name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<Meta<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl Message<'_> {
@@ -34,6 +44,25 @@ impl Message<'_> {
         } else {
             None
         }
+    }
+
+    /// The arguments of a `tools/call`, as the JSON text the caller sent.
+    pub fn arguments(&self) -> Option<&str> {
+        if self.method.as_deref() == Some("tools/call") {
+            Some(self.params.as_ref()?.arguments?.get())
+        } else {
+            None
+        }
+    }
+
+    /// The protocol version the message's `_meta` names (2026-07-28).
+    pub fn protocol_version(&self) -> Option<&str> {
+        self.params
+            .as_ref()?
+            .meta
+            .as_ref()?
+            .protocol_version
+            .as_deref()
     }
 }
 
@@ -115,7 +144,16 @@ mod tests {
         let m = &p.messages()[0];
         assert_eq!(m.method.as_deref(), Some("tools/call"));
         assert_eq!(m.tool(), Some("echo"));
+        assert_eq!(m.arguments(), Some(r#"{"x":[1,{"y":2}]}"#));
         assert_eq!(p.id().unwrap().get(), "\"a1\"");
+    }
+
+    #[test]
+    fn reads_the_meta_protocol_version() {
+        let b = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let p = peek(b).unwrap();
+        assert_eq!(p.messages()[0].protocol_version(), Some("2026-07-28"));
+        assert_eq!(p.messages()[0].arguments(), None);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod forward;
 pub mod h1;
 pub mod jsonrpc;
 pub mod logging;
+pub mod policy;
 pub mod pool;
 pub mod proxy;
 pub mod route;

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use tessera::admin::{self, CredentialSpec};
 use tessera::config::{self, RawServe};
 use tessera::credentials::Scheme;
+use tessera::policy::Policies;
 use tessera::secrets::{ExposeSecret, MasterKey, SecretString};
 use tessera::store::Store;
 
@@ -46,6 +47,40 @@ enum Cmd {
     /// Addresses binding one caller to one credential.
     #[command(subcommand)]
     Connection(ConnectionCmd),
+    /// Authorization policies (Cedar).
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+}
+
+#[derive(Subcommand)]
+enum PolicyCmd {
+    /// Validate a policy folder against its schema, as `serve` does at start.
+    Check {
+        /// The folder (default: ./policies when present, else the built-in set).
+        dir: Option<PathBuf>,
+    },
+    /// Show the decision for a request, and the policies that made it.
+    Explain {
+        #[arg(long)]
+        caller: String,
+        /// The connection id (the last part of its URL).
+        #[arg(long)]
+        connection: String,
+        /// The JSON-RPC method (tools/call, tools/list, …).
+        #[arg(long, required_unless_present = "http_method")]
+        method: Option<String>,
+        #[arg(long)]
+        tool: Option<String>,
+        /// The tool's arguments, as JSON.
+        #[arg(long)]
+        arguments: Option<String>,
+        /// GET (stream/open) or DELETE (session/end) instead of a POST.
+        #[arg(long, value_parser = ["POST", "GET", "DELETE"])]
+        http_method: Option<String>,
+        /// The policy folder (default: as `serve`).
+        #[arg(long, env = "TESSERA_POLICIES")]
+        policies: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -76,6 +111,10 @@ struct ServeArgs {
     /// How often the store is polled for changes made by other processes.
     #[arg(long, env = "TESSERA_REFRESH_MS", default_value_t = 250)]
     refresh_ms: u64,
+    /// The policy folder (default: ./policies when present, else the
+    /// built-in policy: a caller may use its own connections).
+    #[arg(long, env = "TESSERA_POLICIES")]
+    policies: Option<PathBuf>,
     /// Runtime worker threads (default: one per CPU core). A sidecar
     /// pinned to one core runs best with 1.
     #[arg(long, env = "TESSERA_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -115,6 +154,9 @@ enum CallerCmd {
     /// Create a caller; its token is printed once, as the last line.
     Add {
         name: String,
+        /// A group the caller belongs to, for policies (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
     },
     Revoke {
         name: String,
@@ -178,7 +220,98 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Credential(c) => credential(&data_dir, c).await,
         Cmd::Caller(c) => caller(&data_dir, c).await,
         Cmd::Connection(c) => connection(&data_dir, c).await,
+        Cmd::Policy(c) => policy(&data_dir, c).await,
     }
+}
+
+/// The policies `serve` runs with: `dir`, else ./policies when it exists,
+/// else the built-in set. An invalid set is an error listing every problem.
+fn load_policies(dir: Option<&std::path::Path>) -> Result<Policies> {
+    let dir = match dir {
+        Some(d) => d,
+        None if std::path::Path::new("policies").is_dir() => std::path::Path::new("policies"),
+        None => return Ok(Policies::builtin()),
+    };
+    Policies::load_dir(dir)
+        .map_err(|e| anyhow::anyhow!("the policies in {} are not valid:\n{e}", dir.display()))
+}
+
+async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
+    match c {
+        PolicyCmd::Check { dir } => {
+            let p = load_policies(dir.as_deref())?;
+            println!(
+                "{}: {} {} valid against the schema ({})",
+                p.origin,
+                p.len(),
+                if p.len() == 1 { "policy" } else { "policies" },
+                p.files.join(", ")
+            );
+            for id in p.ids() {
+                println!("  {id}");
+            }
+        }
+        PolicyCmd::Explain {
+            caller,
+            connection,
+            method,
+            tool,
+            arguments,
+            http_method,
+            policies,
+        } => {
+            let p = load_policies(policies.as_deref())?;
+            let store = Store::open_data_dir(data_dir).await?;
+            let key = master_key(data_dir)?;
+            let snap = tessera::snapshot::Snapshot::load(&store, &key, p.schema()).await?;
+            let who = snap
+                .callers
+                .values()
+                .find(|c| c.name == caller)
+                .with_context(|| format!("no live caller named {caller:?}"))?;
+            let conn = snap
+                .connections
+                .get(&connection)
+                .with_context(|| format!("no live connection {connection:?}"))?;
+            let http_method: http::Method = http_method
+                .as_deref()
+                .unwrap_or("POST")
+                .parse()
+                .expect("clap allows only methods");
+            let rpc_method = (http_method == http::Method::POST)
+                .then_some(method.as_deref())
+                .flatten();
+            let req = tessera::authz::AuthzRequest {
+                caller: who,
+                connection_id: &connection,
+                connection: conn,
+                entities: &snap.entities,
+                http_method: &http_method,
+                rpc_method,
+                tool: tool.as_deref(),
+                arguments: arguments.as_deref(),
+                protocol_version: None,
+                origin: None,
+                time: std::time::SystemTime::now(),
+            };
+            let e = p.evaluate(&req);
+            println!("decision: {}", if e.allowed { "allow" } else { "deny" });
+            println!(
+                "action: {} (caller {caller}, connection {connection}{})",
+                Policies::action_name(&http_method, rpc_method),
+                tool.map(|t| format!(", tool {t}")).unwrap_or_default()
+            );
+            if e.policies.is_empty() {
+                println!("determined by: no policy permits it");
+            } else {
+                println!("determined by: {}", e.policies.join(", "));
+            }
+            for err in &e.errors {
+                println!("error: {err}");
+            }
+        }
+    }
+    Ok(())
 }
 
 fn master_key(data_dir: &std::path::Path) -> Result<MasterKey> {
@@ -217,9 +350,12 @@ async fn serve_logged(
         idle_timeout_ms: a.idle_timeout_ms,
         refresh_ms: a.refresh_ms,
     })?;
+    let policies = load_policies(a.policies.as_deref()).context("not serving")?;
     let store = Store::open_data_dir(data_dir).await?;
     let key = master_key(data_dir)?;
-    let (state, _refresher) = tessera::server::State::start(cfg.clone(), store, key).await?;
+    tracing::info!(policies = %policies.origin, count = policies.len(), "policies loaded");
+    let (state, _refresher) =
+        tessera::server::State::start(cfg.clone(), store, key, policies).await?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
@@ -323,8 +459,8 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
 async fn caller(data_dir: &std::path::Path, c: CallerCmd) -> Result<()> {
     let store = Store::open_data_dir(data_dir).await?;
     match c {
-        CallerCmd::Add { name } => {
-            let token = admin::caller_add(&store, &name).await?;
+        CallerCmd::Add { name, groups } => {
+            let token = admin::caller_add(&store, &name, &groups).await?;
             println!("caller {name} added; its token is shown once, below:");
             println!("{}", token.expose_secret());
         }
@@ -337,20 +473,21 @@ async fn caller(data_dir: &std::path::Path, c: CallerCmd) -> Result<()> {
             if l.json {
                 let v: Vec<_> = rows
                     .iter()
-                    .map(|r| serde_json::json!({"name": r.name, "created_at": r.created_at, "revoked_at": r.revoked_at}))
+                    .map(|r| serde_json::json!({"name": r.name, "groups": r.groups, "created_at": r.created_at, "revoked_at": r.revoked_at}))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!("{:<24} STATUS", "NAME");
+                println!("{:<24} {:<8} GROUPS", "NAME", "STATUS");
                 for r in rows {
                     println!(
-                        "{:<24} {}",
+                        "{:<24} {:<8} {}",
                         r.name,
                         if r.revoked_at.is_some() {
                             "revoked"
                         } else {
                             "live"
-                        }
+                        },
+                        r.groups.join(",")
                     );
                 }
             }

@@ -5,7 +5,7 @@
 //! the end, errors included.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use compact_str::CompactString;
@@ -14,12 +14,13 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::authn::{authenticate, connection_for};
-use crate::authz::{AuthzRequest, Verdict};
+use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::filter::{credential_rejected, filter_response_headers};
 use crate::forward::{upstream_request, upstream_uri, SendError};
 use crate::jsonrpc::peek;
+use crate::policy::Policies;
 use crate::route::route;
 use crate::server::State;
 
@@ -109,14 +110,21 @@ async fn proxy(
         .map(|id| CompactString::from(id.get()));
 
     // Authorize every message of the body (or the bare GET/DELETE) before
-    // anything reaches the upstream.
+    // anything reaches the upstream; one refusal refuses the whole body.
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let version_header = header("mcp-protocol-version");
     let mut ask = AuthzRequest {
         caller: &caller,
         connection_id: r.connection_id,
         connection: conn,
+        entities: &snap.entities,
         http_method: &parts.method,
         rpc_method: None,
         tool: None,
+        arguments: None,
+        protocol_version: version_header,
+        origin: header("origin"),
+        time: SystemTime::now(),
     };
     let messages = peeked.as_ref().map(|p| p.messages()).unwrap_or_default();
     if let Some(first) = messages.first() {
@@ -124,12 +132,15 @@ async fn proxy(
         access.tool = first.tool().map(CompactString::from);
     }
     if messages.is_empty() {
-        decide(state, &ask)?;
+        decide(state, &ask, false)?;
     }
+    let single = messages.len() == 1;
     for m in messages {
         ask.rpc_method = m.method.as_deref();
         ask.tool = m.tool();
-        decide(state, &ask)?;
+        ask.arguments = m.arguments();
+        ask.protocol_version = version_header.or_else(|| m.protocol_version());
+        decide(state, &ask, single)?;
     }
     drop(peeked);
     drop(snap);
@@ -173,11 +184,26 @@ async fn proxy(
     Ok(Response::from_parts(parts, body.boxed()))
 }
 
-fn decide(state: &State, ask: &AuthzRequest<'_>) -> Result<(), ProxyError> {
-    match state.authorizer.authorize(ask) {
-        Verdict::Allow => Ok(()),
-        Verdict::Deny(why) => Err(ProxyError::Denied(why)),
-    }
+/// Ask the authorizer. A refused lone `tools/call` is answered as a tool
+/// result the model can read; anything else refused is a 403.
+fn decide(state: &State, ask: &AuthzRequest<'_>, single: bool) -> Result<(), ProxyError> {
+    let denial = match state.authorizer.authorize(ask) {
+        Verdict::Allow => return Ok(()),
+        Verdict::Deny(d) => d,
+    };
+    let connection: String = ask.connection_id.chars().take(8).collect();
+    Err(match ask.tool {
+        Some(tool) if single => ProxyError::ToolDenied {
+            tool: tool.to_string(),
+            connection,
+            denial,
+        },
+        _ => ProxyError::Denied(format!(
+            "{} is not allowed for caller {} on connection {connection}: {denial}",
+            Policies::action_name(ask.http_method, ask.rpc_method),
+            ask.caller.name,
+        )),
+    })
 }
 
 /// Read a request body up to `max` bytes: a declared `Content-Length` over

@@ -13,10 +13,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::authz::{Authorizer, OwnConnections};
 use crate::config::ServeConfig;
 use crate::error::ProxyError;
 use crate::forward::{client, UpstreamClient};
+use crate::policy::{CedarAuthorizer, Policies};
 use crate::secrets::MasterKey;
 use crate::snapshot::{refresh_loop, SharedSnapshot, Snapshot};
 use crate::store::{Store, StoreError};
@@ -25,7 +25,7 @@ use crate::store::{Store, StoreError};
 pub struct State {
     pub config: ServeConfig,
     pub snapshot: SharedSnapshot,
-    pub authorizer: Arc<dyn Authorizer>,
+    pub authorizer: CedarAuthorizer,
     pub client: UpstreamClient,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
@@ -37,13 +37,15 @@ impl State {
         config: ServeConfig,
         store: Store,
         key: MasterKey,
+        policies: Policies,
     ) -> Result<(Arc<State>, JoinHandle<()>), StoreError> {
         let key = Arc::new(key);
-        let snap = Snapshot::load(&store, &key).await?;
+        let snap = Snapshot::load(&store, &key, policies.schema()).await?;
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let refresher = tokio::spawn(refresh_loop(
             store,
             key,
+            policies.schema().clone(),
             shared.clone(),
             config.refresh_interval,
         ));
@@ -54,7 +56,7 @@ impl State {
             .to_ascii_lowercase();
         let state = State {
             client: client(config.connect_timeout, config.idle_timeout),
-            authorizer: Arc::new(OwnConnections),
+            authorizer: CedarAuthorizer::new(policies),
             snapshot: shared,
             public_host,
             config,

@@ -24,6 +24,7 @@ use crate::store::{credential_aad, Store, StoreError};
 pub struct Caller {
     pub id: i64,
     pub name: String,
+    pub groups: Vec<String>,
 }
 
 /// An upstream and the credential injected into requests to it.
@@ -43,7 +44,7 @@ pub struct Connection {
 }
 
 /// Everything a request needs, indexed for one hash lookup each.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Snapshot {
     pub revision: i64,
     /// Live callers by the SHA-256 of their token. Looking a digest up in a
@@ -52,6 +53,8 @@ pub struct Snapshot {
     pub callers: HashMap<[u8; 32], Arc<Caller>>,
     /// Live connections by address id.
     pub connections: HashMap<String, Connection>,
+    /// The callers, their groups and the connections, as policy entities.
+    pub entities: cedar_policy::Entities,
 }
 
 impl Snapshot {
@@ -59,7 +62,11 @@ impl Snapshot {
     /// A credential that fails to open (wrong master key, tampered row) is
     /// left out with an error logged, so its connections answer 404 rather
     /// than forward with a wrong credential.
-    pub async fn load(store: &Store, key: &MasterKey) -> Result<Self, StoreError> {
+    pub async fn load(
+        store: &Store,
+        key: &MasterKey,
+        schema: &cedar_policy::Schema,
+    ) -> Result<Self, StoreError> {
         // Read the revision first: a change racing with the load then bumps
         // it past what we record and triggers another load.
         let revision = store.revision().await?;
@@ -106,6 +113,7 @@ impl Snapshot {
                     Arc::new(Caller {
                         id: c.id,
                         name: c.name,
+                        groups: c.groups,
                     }),
                 );
             }
@@ -125,10 +133,16 @@ impl Snapshot {
                 );
             }
         }
+        let entities = crate::policy::entities(
+            callers.values().map(|c| &**c),
+            connections.iter().map(|(id, c)| (id.as_str(), c)),
+            schema,
+        );
         Ok(Snapshot {
             revision,
             callers,
             connections,
+            entities,
         })
     }
 }
@@ -141,6 +155,7 @@ pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
 pub async fn refresh_loop(
     store: Store,
     key: Arc<MasterKey>,
+    schema: cedar_policy::Schema,
     shared: SharedSnapshot,
     interval: Duration,
 ) {
@@ -156,7 +171,7 @@ pub async fn refresh_loop(
                 continue;
             }
         }
-        match Snapshot::load(&store, &key).await {
+        match Snapshot::load(&store, &key, &schema).await {
             Ok(s) => {
                 tracing::debug!(revision = s.revision, "snapshot reloaded");
                 shared.store(Arc::new(s));

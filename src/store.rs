@@ -54,6 +54,8 @@ pub struct CallerRow {
     pub id: i64,
     pub name: String,
     pub token_sha256: [u8; 32],
+    /// Group names, for policies.
+    pub groups: Vec<String>,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
 }
@@ -203,15 +205,22 @@ impl Store {
             .collect()
     }
 
-    pub async fn add_caller(&self, name: &str, token_sha256: &[u8; 32]) -> Result<(), StoreError> {
+    pub async fn add_caller(
+        &self,
+        name: &str,
+        token_sha256: &[u8; 32],
+        groups: &[String],
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let r =
-            sqlx::query("INSERT INTO callers (name, token_sha256, created_at) VALUES (?, ?, ?)")
-                .bind(name)
-                .bind(&token_sha256[..])
-                .bind(now())
-                .execute(&mut *tx)
-                .await;
+        let r = sqlx::query(
+            "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(name)
+        .bind(&token_sha256[..])
+        .bind(groups.join(","))
+        .bind(now())
+        .execute(&mut *tx)
+        .await;
         match r {
             Err(e) if unique_violation(&e) => {
                 return Err(StoreError::Duplicate {
@@ -269,14 +278,20 @@ impl Store {
 
     pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, name, token_sha256, created_at, revoked_at FROM callers ORDER BY name",
+            "SELECT id, name, token_sha256, groups, created_at, revoked_at FROM callers ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
             .map(|r| {
                 let digest: Vec<u8> = r.try_get("token_sha256")?;
+                let groups: String = r.try_get("groups")?;
                 Ok(CallerRow {
+                    groups: groups
+                        .split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_string)
+                        .collect(),
                     id: r.try_get("id")?,
                     name: r.try_get("name")?,
                     token_sha256: digest

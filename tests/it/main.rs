@@ -3,6 +3,7 @@
 
 mod cli;
 mod forwarding;
+mod policies;
 mod pool;
 mod refusals;
 mod rmcp_peers;

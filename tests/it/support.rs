@@ -255,6 +255,14 @@ impl Proxy {
         dir: tempfile::TempDir,
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
     ) -> Proxy {
+        Self::start_with_policies(dir, tweak, tessera::policy::Policies::builtin()).await
+    }
+
+    pub async fn start_with_policies(
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut tessera::config::ServeConfig),
+        policies: tessera::policy::Policies,
+    ) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut cfg = tessera::config::ServeConfig::for_listen(addr);
@@ -264,7 +272,7 @@ impl Proxy {
             .await
             .unwrap();
         let key = tessera::secrets::MasterKey::load(None, dir.path()).unwrap();
-        let (state, _) = tessera::server::State::start(cfg, store.clone(), key)
+        let (state, _) = tessera::server::State::start(cfg, store.clone(), key, policies)
             .await
             .unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

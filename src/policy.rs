@@ -1,0 +1,809 @@
+//! Policies: Cedar decides who may do what on which connection.
+//!
+//! The model (`policies/schema.cedarschema`): the principal is the
+//! `Caller` (in its `Group`s), the resource the `Connection` (its owner,
+//! credential name and upstream host), the action the JSON-RPC method (or
+//! `stream/open` for a GET, `session/end` for a DELETE), and the context
+//! the request's HTTP method, tool, arguments, protocol version, Origin and
+//! time. A policy set is a folder of `.cedar` files validated against the
+//! schema (the folder's own `schema.cedarschema`, else the built-in one);
+//! an invalid set is refused whole, with file, line and reason for each
+//! problem, so a server never runs half a policy.
+//!
+//! Decisions fail closed: no permit means deny, and a policy that fails to
+//! evaluate denies rather than being skipped (Cedar alone would skip it,
+//! which for a `forbid` would allow).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::UNIX_EPOCH;
+
+use cedar_policy::{
+    Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId, PolicySet,
+    Request, RestrictedExpression, Schema, ValidationMode, Validator,
+};
+use miette::Diagnostic;
+
+use crate::authz::{Authorizer, AuthzRequest, Denial, Verdict};
+use crate::snapshot::{Caller, Connection};
+
+/// The schema and default policy shipped in `policies/`.
+pub const BUILTIN_SCHEMA: &str = include_str!("../policies/schema.cedarschema");
+pub const BUILTIN_DEFAULT: &str = include_str!("../policies/default.cedar");
+
+/// The actions the schema declares for JSON-RPC methods by name; any other
+/// method is `notification` (a `notifications/…` method) or `other`.
+const METHOD_ACTIONS: [&str; 19] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "subscriptions/listen",
+];
+
+/// One problem in a policy set.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}: {reason}")]
+    Invalid {
+        file: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("{dir}: no .cedar policy files")]
+    Empty { dir: String },
+}
+
+/// Every problem found in a policy set, one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct PolicyErrors(pub Vec<PolicyError>);
+
+/// A validated policy set.
+pub struct Policies {
+    set: PolicySet,
+    schema: Schema,
+    /// Where the set came from: a folder, or "built-in".
+    pub origin: String,
+    /// The files read, in order.
+    pub files: Vec<String>,
+    actions: HashMap<&'static str, EntityUid>,
+    engine: cedar_policy::Authorizer,
+}
+
+impl std::fmt::Debug for Policies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policies")
+            .field("origin", &self.origin)
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the policies made of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    pub allowed: bool,
+    /// The policies that determined it: the permits that allowed, or the
+    /// forbids (and failed policies) that denied. Empty on a deny: nothing
+    /// permitted it.
+    pub policies: Vec<String>,
+    /// Evaluation errors, each naming its policy.
+    pub errors: Vec<String>,
+}
+
+impl Policies {
+    /// The built-in schema and default policy.
+    pub fn builtin() -> Policies {
+        Self::from_sources(
+            "built-in",
+            ("schema.cedarschema", BUILTIN_SCHEMA),
+            vec![("default.cedar".to_string(), BUILTIN_DEFAULT.to_string())],
+        )
+        .expect("the built-in policies are valid")
+    }
+
+    /// Read and validate the `.cedar` files directly in `dir` (not its
+    /// subfolders: `examples/` is for reading), against `dir`'s
+    /// `schema.cedarschema` or the built-in schema.
+    pub fn load_dir(dir: &Path) -> Result<Policies, PolicyErrors> {
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).map_err(|source| {
+                PolicyErrors(vec![PolicyError::Read {
+                    path: p.display().to_string(),
+                    source,
+                }])
+            })
+        };
+        let schema_path = dir.join("schema.cedarschema");
+        let schema = if schema_path.exists() {
+            read(&schema_path)?
+        } else {
+            BUILTIN_SCHEMA.to_string()
+        };
+        let entries = std::fs::read_dir(dir).map_err(|source| {
+            PolicyErrors(vec![PolicyError::Read {
+                path: dir.display().to_string(),
+                source,
+            }])
+        })?;
+        let mut paths: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "cedar"))
+            .collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(PolicyErrors(vec![PolicyError::Empty {
+                dir: dir.display().to_string(),
+            }]));
+        }
+        let mut files = Vec::with_capacity(paths.len());
+        for p in &paths {
+            files.push((p.display().to_string(), read(p)?));
+        }
+        Self::from_sources(
+            &dir.display().to_string(),
+            (&schema_path.display().to_string(), &schema),
+            files,
+        )
+    }
+
+    /// Parse, name and validate policy files against a schema.
+    fn from_sources(
+        origin: &str,
+        (schema_file, schema_text): (&str, &str),
+        files: Vec<(String, String)>,
+    ) -> Result<Policies, PolicyErrors> {
+        let mut errors = Vec::new();
+        let schema = match Schema::from_cedarschema_str(schema_text) {
+            Ok((s, _warnings)) => Some(s),
+            Err(e) => {
+                errors.push(invalid(schema_file, schema_text, &e));
+                None
+            }
+        };
+        let mut set = PolicySet::new();
+        // Which file each policy came from, to place validation errors.
+        let mut home: HashMap<PolicyId, usize> = HashMap::new();
+        for (i, (file, text)) in files.iter().enumerate() {
+            let parsed = match PolicySet::from_str(text) {
+                Ok(p) => p,
+                Err(e) => {
+                    errors.push(invalid(file, text, &e));
+                    continue;
+                }
+            };
+            if parsed.templates().next().is_some() {
+                errors.push(PolicyError::Invalid {
+                    file: file.clone(),
+                    line: 1,
+                    reason: "policy templates are not supported; write policies".into(),
+                });
+            }
+            // Cedar numbers a file's policies policy0, policy1, … in order.
+            let mut policies: Vec<_> = parsed.policies().collect();
+            policies.sort_by_key(|p| {
+                p.id()
+                    .to_string()
+                    .trim_start_matches("policy")
+                    .parse::<usize>()
+                    .unwrap_or(usize::MAX)
+            });
+            let stem = Path::new(file)
+                .file_stem()
+                .map_or_else(|| file.clone(), |s| s.to_string_lossy().into_owned());
+            for (n, p) in policies.into_iter().enumerate() {
+                let id = PolicyId::new(match p.annotation("id") {
+                    Some(id) => id.to_string(),
+                    None => format!("{stem}#{n}"),
+                });
+                if home.contains_key(&id) {
+                    errors.push(PolicyError::Invalid {
+                        file: file.clone(),
+                        line: line_of(text, &format!("\"{id}\"")),
+                        reason: format!("the policy id \"{id}\" is used twice"),
+                    });
+                    continue;
+                }
+                home.insert(id.clone(), i);
+                if let Err(e) = set.add(p.new_id(id)) {
+                    errors.push(PolicyError::Invalid {
+                        file: file.clone(),
+                        line: 1,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        if let Some(schema) = &schema {
+            let result = Validator::new(schema.clone()).validate(&set, ValidationMode::Strict);
+            for e in result.validation_errors() {
+                let (file, text) = home
+                    .get(e.policy_id())
+                    .map_or(("?", ""), |&i| (files[i].0.as_str(), files[i].1.as_str()));
+                errors.push(invalid(file, text, e));
+            }
+        }
+        let Some(schema) = schema.filter(|_| errors.is_empty()) else {
+            return Err(PolicyErrors(errors));
+        };
+        let actions = METHOD_ACTIONS
+            .iter()
+            .chain(&[
+                "notification",
+                "response",
+                "other",
+                "stream/open",
+                "session/end",
+            ])
+            .map(|a| (*a, uid("Action", a)))
+            .collect();
+        Ok(Policies {
+            set,
+            schema,
+            origin: origin.to_string(),
+            files: files.into_iter().map(|(f, _)| f).collect(),
+            actions,
+            engine: cedar_policy::Authorizer::new(),
+        })
+    }
+
+    /// The schema the policies were validated against; its action
+    /// hierarchy (`Action::"mcp"`) goes into the entities.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The number of policies.
+    pub fn len(&self) -> usize {
+        self.set.policies().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The policy ids, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        let mut ids: Vec<_> = self.set.policies().map(|p| p.id().to_string()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// The action a message (or a bodiless GET/DELETE) is.
+    pub fn action_name<'a>(http_method: &http::Method, rpc_method: Option<&'a str>) -> &'a str {
+        match (http_method, rpc_method) {
+            (&http::Method::GET, _) => "stream/open",
+            (&http::Method::DELETE, _) => "session/end",
+            (_, None) => "response",
+            (_, Some(m)) if METHOD_ACTIONS.contains(&m) => m,
+            (_, Some(m)) if m.starts_with("notifications/") => "notification",
+            (_, Some(_)) => "other",
+        }
+    }
+
+    /// Evaluate one request.
+    pub fn evaluate(&self, req: &AuthzRequest<'_>) -> Evaluation {
+        let deny = |why: String| Evaluation {
+            allowed: false,
+            policies: Vec::new(),
+            errors: vec![why],
+        };
+        let action = Self::action_name(req.http_method, req.rpc_method);
+        let Some(action) = self.actions.get(action) else {
+            return deny(format!("no action {action:?}"));
+        };
+        let context = match context(req) {
+            Ok(c) => c,
+            Err(e) => return deny(format!("the request context: {e}")),
+        };
+        let request = match Request::new(
+            uid("Caller", &req.caller.name),
+            action.clone(),
+            uid("Connection", req.connection_id),
+            context,
+            None,
+        ) {
+            Ok(r) => r,
+            Err(e) => return deny(format!("the request: {e}")),
+        };
+        let resp = self.engine.is_authorized(&request, &self.set, req.entities);
+        let mut policies: Vec<String> = resp
+            .diagnostics()
+            .reason()
+            .map(ToString::to_string)
+            .collect();
+        let mut errors = Vec::new();
+        for e in resp.diagnostics().errors() {
+            let cedar_policy::AuthorizationError::PolicyEvaluationError(e) = e;
+            // Fail closed: a policy that cannot be evaluated denies.
+            policies.push(e.policy_id().to_string());
+            errors.push(e.to_string());
+        }
+        policies.sort();
+        policies.dedup();
+        Evaluation {
+            allowed: resp.decision() == Decision::Allow && errors.is_empty(),
+            policies,
+            errors,
+        }
+    }
+}
+
+/// The policy decision point over a [`Policies`] set.
+pub struct CedarAuthorizer {
+    policies: arc_swap::ArcSwap<Policies>,
+}
+
+impl CedarAuthorizer {
+    pub fn new(p: Policies) -> Self {
+        CedarAuthorizer {
+            policies: arc_swap::ArcSwap::from_pointee(p),
+        }
+    }
+
+    /// The set in force.
+    pub fn policies(&self) -> arc_swap::Guard<std::sync::Arc<Policies>> {
+        self.policies.load()
+    }
+}
+
+impl Authorizer for CedarAuthorizer {
+    fn authorize(&self, req: &AuthzRequest<'_>) -> Verdict {
+        let e = self.policies.load().evaluate(req);
+        if e.allowed {
+            Verdict::Allow
+        } else {
+            if !e.errors.is_empty() {
+                tracing::warn!(errors = ?e.errors, "a policy failed to evaluate; denied");
+            }
+            Verdict::Deny(Denial {
+                policies: e.policies,
+            })
+        }
+    }
+}
+
+fn uid(kind: &str, id: &str) -> EntityUid {
+    EntityUid::from_type_name_and_id(
+        EntityTypeName::from_str(kind).expect("a valid type name"),
+        EntityId::new(id),
+    )
+}
+
+fn string(s: &str) -> RestrictedExpression {
+    RestrictedExpression::new_string(s.to_string())
+}
+
+/// The request's context record, as the schema declares it.
+fn context(req: &AuthzRequest<'_>) -> Result<Context, String> {
+    let unix = req
+        .time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let days = unix.div_euclid(86_400);
+    let time = RestrictedExpression::new_record([
+        ("unix".to_string(), RestrictedExpression::new_long(unix)),
+        (
+            "hour".to_string(),
+            RestrictedExpression::new_long(unix.rem_euclid(86_400) / 3600),
+        ),
+        (
+            "minute".to_string(),
+            RestrictedExpression::new_long(unix.rem_euclid(3600) / 60),
+        ),
+        // 1970-01-01 was a Thursday (ISO weekday 4).
+        (
+            "weekday".to_string(),
+            RestrictedExpression::new_long((days + 3).rem_euclid(7) + 1),
+        ),
+    ])
+    .expect("distinct keys");
+    let mut pairs = vec![
+        ("http_method".to_string(), string(req.http_method.as_str())),
+        ("time".to_string(), time),
+    ];
+    let optional = [
+        ("rpc_method", req.rpc_method),
+        ("tool", req.tool),
+        ("arguments", req.arguments),
+        ("protocol_version", req.protocol_version),
+        ("origin", req.origin),
+    ];
+    for (k, v) in optional {
+        if let Some(v) = v {
+            pairs.push((k.to_string(), string(v)));
+        }
+    }
+    Context::from_pairs(pairs).map_err(|e| e.to_string())
+}
+
+/// The entities policies see: every live caller (in its groups), every
+/// group, every live connection, and the schema's actions. Built with each
+/// snapshot, not per request.
+pub fn entities<'a>(
+    callers: impl IntoIterator<Item = &'a Caller>,
+    connections: impl IntoIterator<Item = (&'a str, &'a Connection)>,
+    schema: &Schema,
+) -> Entities {
+    let mut out = Vec::new();
+    let mut groups = HashSet::new();
+    let mut names = HashMap::new();
+    for c in callers {
+        names.insert(c.id, c.name.as_str());
+        let parents: HashSet<_> = c.groups.iter().map(|g| uid("Group", g)).collect();
+        groups.extend(parents.iter().cloned());
+        let attrs = HashMap::from([("name".to_string(), string(&c.name))]);
+        match Entity::new(uid("Caller", &c.name), attrs, parents) {
+            Ok(e) => out.push(e),
+            Err(e) => tracing::error!(caller = %c.name, error = %e, "caller left out of policies"),
+        }
+    }
+    out.extend(
+        groups
+            .into_iter()
+            .map(|g| Entity::new_no_attrs(g, HashSet::new())),
+    );
+    for (id, c) in connections {
+        let Some(owner) = names.get(&c.caller_id) else {
+            continue;
+        };
+        let attrs = HashMap::from([
+            (
+                "owner".to_string(),
+                RestrictedExpression::new_entity_uid(uid("Caller", owner)),
+            ),
+            ("credential".to_string(), string(&c.upstream.credential)),
+            (
+                "upstream_host".to_string(),
+                string(c.upstream.url.host_str().unwrap_or_default()),
+            ),
+        ]);
+        match Entity::new(uid("Connection", id), attrs, HashSet::new()) {
+            Ok(e) => out.push(e),
+            Err(e) => tracing::error!(error = %e, "connection left out of policies"),
+        }
+    }
+    Entities::from_entities(out, Some(schema)).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "policy entities could not be built; every request is denied");
+        Entities::empty()
+    })
+}
+
+/// A problem with its place: the first labelled span of the diagnostic,
+/// as a line of `text`.
+fn invalid(file: &str, text: &str, d: &(impl Diagnostic + std::fmt::Display)) -> PolicyError {
+    let offset = d
+        .labels()
+        .and_then(|mut l| l.next())
+        .map(|l| l.offset())
+        .or_else(|| {
+            d.related()
+                .and_then(|mut r| r.next())
+                .and_then(|r| r.labels())
+                .and_then(|mut l| l.next())
+                .map(|l| l.offset())
+        });
+    let mut reason = d.to_string();
+    if let Some(help) = d.help() {
+        reason.push_str(&format!(" ({help})"));
+    }
+    // A parse error's own message is often general; its related errors
+    // say what was wrong.
+    if let Some(related) = d.related() {
+        for r in related {
+            let r = r.to_string();
+            if !reason.contains(&r) {
+                reason.push_str(&format!("; {r}"));
+            }
+        }
+    }
+    PolicyError::Invalid {
+        file: file.to_string(),
+        line: offset.map_or(1, |o| text[..o.min(text.len())].matches('\n').count() + 1),
+        reason,
+    }
+}
+
+/// The 1-based line where `needle` first occurs in `text` (1 if nowhere).
+fn line_of(text: &str, needle: &str) -> usize {
+    text.find(needle)
+        .map_or(1, |o| text[..o].matches('\n').count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::credentials::{injection, Scheme};
+    use crate::secrets::SecretString;
+    use crate::snapshot::Upstream;
+
+    /// Callers: agent (no group), reader (readers), bot (ci-bots). One
+    /// connection each: agent's and reader's to example.com, bot's to
+    /// api.githubcopilot.com and a second one to example.com.
+    struct World {
+        callers: Vec<Caller>,
+        connections: Vec<(String, Connection)>,
+        entities: Entities,
+    }
+
+    fn world(p: &Policies) -> World {
+        let caller = |id, name: &str, groups: &[&str]| Caller {
+            id,
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        let callers = vec![
+            caller(1, "agent", &[]),
+            caller(2, "reader", &["readers"]),
+            caller(3, "bot", &["ci-bots"]),
+        ];
+        let up = |url: &str| {
+            Arc::new(Upstream {
+                credential: "cred".into(),
+                url: url.parse().unwrap(),
+                injection: injection(
+                    Scheme::Bearer,
+                    None,
+                    None,
+                    &SecretString::from("s".to_string()),
+                )
+                .unwrap(),
+            })
+        };
+        let conn = |caller_id, url: &str| Connection {
+            caller_id,
+            upstream: up(url),
+        };
+        let connections = vec![
+            ("c-agent".to_string(), conn(1, "https://example.com/mcp")),
+            ("c-reader".to_string(), conn(2, "https://example.com/mcp")),
+            (
+                "c-bot-gh".to_string(),
+                conn(3, "https://api.githubcopilot.com/mcp"),
+            ),
+            (
+                "c-bot-other".to_string(),
+                conn(3, "https://example.com/mcp"),
+            ),
+        ];
+        let entities = entities(
+            &callers,
+            connections.iter().map(|(id, c)| (id.as_str(), c)),
+            p.schema(),
+        );
+        World {
+            callers,
+            connections,
+            entities,
+        }
+    }
+
+    /// 2026-12-07 was a Monday.
+    fn monday_at(hour: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_796_601_600 + hour * 3600)
+    }
+
+    fn ask(
+        p: &Policies,
+        w: &World,
+        caller: &str,
+        conn: &str,
+        method: &str,
+        tool: Option<&str>,
+        time: SystemTime,
+    ) -> Evaluation {
+        let caller = w.callers.iter().find(|c| c.name == caller).unwrap();
+        let (id, connection) = w.connections.iter().find(|(id, _)| id == conn).unwrap();
+        p.evaluate(&AuthzRequest {
+            caller,
+            connection_id: id,
+            connection,
+            entities: &w.entities,
+            http_method: &http::Method::POST,
+            rpc_method: Some(method),
+            tool,
+            arguments: tool.map(|_| "{}"),
+            protocol_version: Some("2025-11-25"),
+            origin: None,
+            time,
+        })
+    }
+
+    /// The shipped default plus the named examples, loaded from a folder
+    /// the way `serve --policies` does.
+    fn with_examples(names: &[&str]) -> Policies {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        std::fs::copy(root.join("default.cedar"), dir.path().join("default.cedar")).unwrap();
+        for n in names {
+            let f = format!("{n}.cedar");
+            std::fs::copy(root.join("examples").join(&f), dir.path().join(&f)).unwrap();
+        }
+        Policies::load_dir(dir.path()).unwrap()
+    }
+
+    #[test]
+    fn default_allows_own_connections_only() {
+        let p = Policies::builtin();
+        let w = world(&p);
+        let t = monday_at(3);
+        for m in ["initialize", "tools/list", "resources/read", "x/unknown"] {
+            let e = ask(&p, &w, "agent", "c-agent", m, None, t);
+            assert!(e.allowed, "{m}");
+            assert_eq!(e.policies, ["own-connections"]);
+        }
+        let e = ask(&p, &w, "agent", "c-reader", "tools/list", None, t);
+        assert!(!e.allowed);
+        assert!(e.policies.is_empty(), "denied because nothing permits it");
+    }
+
+    #[test]
+    fn read_only_example() {
+        let p = with_examples(&["read-only"]);
+        let w = world(&p);
+        let t = monday_at(10);
+        let e = ask(&p, &w, "reader", "c-reader", "tools/call", Some("x"), t);
+        assert!(!e.allowed);
+        assert_eq!(e.policies, ["readers-read-only"]);
+        assert!(ask(&p, &w, "reader", "c-reader", "tools/list", None, t).allowed);
+        assert!(ask(&p, &w, "agent", "c-agent", "tools/call", Some("x"), t).allowed);
+    }
+
+    #[test]
+    fn tool_deny_list_example() {
+        let p = with_examples(&["tool-deny-list"]);
+        let w = world(&p);
+        let t = monday_at(10);
+        for tool in [
+            "delete_repo",
+            "repo_delete_branch",
+            "drop_table",
+            "merge_pull_request",
+        ] {
+            let e = ask(&p, &w, "agent", "c-agent", "tools/call", Some(tool), t);
+            assert!(!e.allowed, "{tool}");
+            assert_eq!(e.policies, ["no-destructive-tools"]);
+        }
+        for tool in ["update_issue", "undelete"] {
+            assert!(ask(&p, &w, "agent", "c-agent", "tools/call", Some(tool), t).allowed);
+        }
+    }
+
+    #[test]
+    fn group_one_upstream_example() {
+        let p = with_examples(&["group-one-upstream"]);
+        let w = world(&p);
+        let t = monday_at(10);
+        assert!(ask(&p, &w, "bot", "c-bot-gh", "tools/call", Some("x"), t).allowed);
+        let e = ask(&p, &w, "bot", "c-bot-other", "tools/list", None, t);
+        assert!(!e.allowed);
+        assert_eq!(e.policies, ["ci-bots-github-only"]);
+        assert!(ask(&p, &w, "agent", "c-agent", "tools/list", None, t).allowed);
+    }
+
+    #[test]
+    fn business_hours_example() {
+        let p = with_examples(&["business-hours"]);
+        let w = world(&p);
+        let call = |t| ask(&p, &w, "agent", "c-agent", "tools/call", Some("x"), t);
+        assert!(call(monday_at(8)).allowed);
+        assert!(call(monday_at(17)).allowed);
+        assert!(!call(monday_at(7)).allowed);
+        assert!(!call(monday_at(18)).allowed);
+        // Saturday 10:00.
+        let e = call(monday_at(5 * 24 + 10));
+        assert!(!e.allowed);
+        assert_eq!(e.policies, ["tools-in-business-hours"]);
+        // Outside hours, listing is still fine.
+        assert!(
+            ask(
+                &p,
+                &w,
+                "agent",
+                "c-agent",
+                "tools/list",
+                None,
+                monday_at(22)
+            )
+            .allowed
+        );
+    }
+
+    #[test]
+    fn every_example_validates_together() {
+        let p = with_examples(&[
+            "read-only",
+            "tool-deny-list",
+            "group-one-upstream",
+            "business-hours",
+        ]);
+        assert_eq!(p.len(), 5);
+    }
+
+    #[test]
+    fn actions_of_requests() {
+        use http::Method;
+        let a = Policies::action_name;
+        assert_eq!(a(&Method::GET, None), "stream/open");
+        assert_eq!(a(&Method::DELETE, None), "session/end");
+        assert_eq!(a(&Method::POST, None), "response");
+        assert_eq!(a(&Method::POST, Some("tools/call")), "tools/call");
+        assert_eq!(
+            a(&Method::POST, Some("notifications/initialized")),
+            "notification"
+        );
+        assert_eq!(a(&Method::POST, Some("sampling/whatever")), "other");
+    }
+
+    fn errors_of(files: &[(&str, &str)]) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        match Policies::load_dir(dir.path()) {
+            Ok(_) => panic!("accepted {files:?}"),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn invalid_sets_are_refused_with_file_line_and_reason() {
+        // A syntax error on line 3.
+        let e = errors_of(&[(
+            "a.cedar",
+            "// ok\n\npermit (principal, action, resource) when { };\n",
+        )]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("a.cedar:3: "), "{e:?}");
+        // A type error on line 2: an optional attribute read without `has`.
+        let e = errors_of(&[(
+            "b.cedar",
+            "permit (principal, action == Action::\"tools/call\", resource)\nwhen { context.tool == \"x\" };\n",
+        )]);
+        assert!(e[0].contains("b.cedar:2: "), "{e:?}");
+        assert!(e[0].contains("tool"), "{e:?}");
+        // An action the schema does not declare, in a second file.
+        let e = errors_of(&[
+            ("a.cedar", BUILTIN_DEFAULT),
+            (
+                "c.cedar",
+                "\n\nforbid (principal, action == Action::\"tools/cal\", resource);\n",
+            ),
+        ]);
+        assert!(e.iter().any(|l| l.contains("c.cedar:3: ")), "{e:?}");
+        // The same @id twice.
+        let e = errors_of(&[("a.cedar", BUILTIN_DEFAULT), ("d.cedar", BUILTIN_DEFAULT)]);
+        assert!(
+            e[0].contains("d.cedar:3: ") && e[0].contains("\"own-connections\" is used twice"),
+            "{e:?}"
+        );
+        // Nothing to load.
+        let e = errors_of(&[("notes.txt", "")]);
+        assert!(e[0].contains("no .cedar policy files"), "{e:?}");
+    }
+}
