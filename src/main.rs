@@ -115,6 +115,10 @@ struct ServeArgs {
     /// built-in policy: a caller may use its own connections).
     #[arg(long, env = "TESSERA_POLICIES")]
     policies: Option<PathBuf>,
+    /// How often the policy folder is checked for changes (SIGHUP reloads
+    /// at once).
+    #[arg(long, env = "TESSERA_POLICY_CHECK_MS", default_value_t = 1_000)]
+    policy_check_ms: u64,
     /// Runtime worker threads (default: one per CPU core). A sidecar
     /// pinned to one core runs best with 1.
     #[arg(long, env = "TESSERA_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -224,15 +228,23 @@ async fn dispatch(cli: Cli) -> Result<()> {
     }
 }
 
-/// The policies `serve` runs with: `dir`, else ./policies when it exists,
-/// else the built-in set. An invalid set is an error listing every problem.
+/// The policy folder `serve` uses: `dir`, else ./policies when it exists,
+/// else none (the built-in set).
+fn policy_dir(dir: Option<&std::path::Path>) -> Option<PathBuf> {
+    match dir {
+        Some(d) => Some(d.to_path_buf()),
+        None if std::path::Path::new("policies").is_dir() => Some(PathBuf::from("policies")),
+        None => None,
+    }
+}
+
+/// The policies `serve` runs with (see [`policy_dir`]). An invalid set is
+/// an error listing every problem.
 fn load_policies(dir: Option<&std::path::Path>) -> Result<Policies> {
-    let dir = match dir {
-        Some(d) => d,
-        None if std::path::Path::new("policies").is_dir() => std::path::Path::new("policies"),
-        None => return Ok(Policies::builtin()),
+    let Some(dir) = policy_dir(dir) else {
+        return Ok(Policies::builtin());
     };
-    Policies::load_dir(dir)
+    Policies::load_dir(&dir)
         .map_err(|e| anyhow::anyhow!("the policies in {} are not valid:\n{e}", dir.display()))
 }
 
@@ -356,6 +368,7 @@ async fn serve_logged(
     tracing::info!(policies = %policies.origin, count = policies.len(), "policies loaded");
     let (state, _refresher) =
         tessera::server::State::start(cfg.clone(), store, key, policies).await?;
+    reload_policies_on_change(&state, a.policies.as_deref(), a.policy_check_ms)?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
@@ -363,6 +376,46 @@ async fn serve_logged(
     // Start-up lines are shown at once, not a second later.
     log.flush();
     tessera::server::run(listener, state, shutdown_signal(), Duration::from_secs(5)).await;
+    Ok(())
+}
+
+/// Reload the policy folder when its files change and on SIGHUP. With the
+/// built-in set there is nothing to reload, but SIGHUP is still caught so it
+/// does not end the process.
+fn reload_policies_on_change(
+    state: &tessera::server::State,
+    dir: Option<&std::path::Path>,
+    check_ms: u64,
+) -> Result<()> {
+    #[cfg(unix)]
+    let hup = {
+        let sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing the SIGHUP handler")?;
+        Box::pin(futures_util::stream::unfold(sig, |mut s| async move {
+            s.recv().await.map(|()| ((), s))
+        }))
+    };
+    #[cfg(not(unix))]
+    let hup = futures_util::stream::pending::<()>();
+    match policy_dir(dir) {
+        Some(dir) => {
+            tokio::spawn(tessera::policy::watch_dir(
+                state.authorizer.clone(),
+                dir,
+                Duration::from_millis(check_ms.max(1)),
+                hup,
+            ));
+        }
+        None => {
+            tokio::spawn(async move {
+                use futures_util::StreamExt;
+                let mut hup = hup;
+                while hup.next().await.is_some() {
+                    tracing::info!("SIGHUP: the built-in policies are in force; nothing to reload");
+                }
+            });
+        }
+    }
     Ok(())
 }
 

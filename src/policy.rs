@@ -351,15 +351,29 @@ impl Policies {
     }
 }
 
-/// The policy decision point over a [`Policies`] set.
+/// The policy decision point over a [`Policies`] set that can be swapped
+/// while serving.
 pub struct CedarAuthorizer {
     policies: arc_swap::ArcSwap<Policies>,
+    reloads: tokio::sync::watch::Sender<Reloads>,
+}
+
+/// What reloading has done so far, for logs, tests and (later) metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloads {
+    /// Bumped by every successful swap.
+    pub generation: u64,
+    /// Every reload tried, successful or not.
+    pub attempts: u64,
+    /// Why the last attempt failed, if it did.
+    pub last_error: Option<String>,
 }
 
 impl CedarAuthorizer {
     pub fn new(p: Policies) -> Self {
         CedarAuthorizer {
             policies: arc_swap::ArcSwap::from_pointee(p),
+            reloads: tokio::sync::watch::Sender::new(Reloads::default()),
         }
     }
 
@@ -367,6 +381,93 @@ impl CedarAuthorizer {
     pub fn policies(&self) -> arc_swap::Guard<std::sync::Arc<Policies>> {
         self.policies.load()
     }
+
+    /// Follow reloads: the receiver sees every attempt.
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<Reloads> {
+        self.reloads.subscribe()
+    }
+
+    /// Read `dir` again and swap the new set in atomically; an invalid set
+    /// keeps the one in force, and the error is logged and kept.
+    pub fn reload(&self, dir: &Path) -> Result<(), PolicyErrors> {
+        let r = Policies::load_dir(dir);
+        self.reloads.send_modify(|s| {
+            s.attempts += 1;
+            match &r {
+                Ok(_) => {
+                    s.generation += 1;
+                    s.last_error = None;
+                }
+                Err(e) => s.last_error = Some(e.to_string()),
+            }
+        });
+        match r {
+            Ok(p) => {
+                tracing::info!(policies = %p.origin, count = p.len(), "policies reloaded");
+                self.policies.store(std::sync::Arc::new(p));
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(
+                    policies = %dir.display(),
+                    errors = %e,
+                    "the edited policies are not valid; keeping the last good set"
+                );
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Reload the policies in `dir` when its files change (checked every
+/// `every`) and whenever `poke` yields (SIGHUP, in `serve`).
+pub async fn watch_dir(
+    authz: std::sync::Arc<CedarAuthorizer>,
+    dir: std::path::PathBuf,
+    every: std::time::Duration,
+    mut poke: impl futures_util::Stream<Item = ()> + Unpin,
+) {
+    use futures_util::StreamExt;
+    let mut seen = fingerprint(&dir);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let now = fingerprint(&dir);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+            }
+            p = poke.next() => {
+                if p.is_none() {
+                    return;
+                }
+                seen = fingerprint(&dir);
+            }
+        }
+        let _ = authz.reload(&dir);
+    }
+}
+
+/// Names, sizes and modification times of the files a reload reads.
+fn fingerprint(dir: &Path) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let p = e.path();
+            let wanted = p
+                .extension()
+                .is_some_and(|x| x == "cedar" || x == "cedarschema");
+            let m = e.metadata().ok()?;
+            wanted.then(|| (p, m.len(), m.modified().ok()))
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 impl Authorizer for CedarAuthorizer {

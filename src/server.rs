@@ -25,7 +25,7 @@ use crate::store::{Store, StoreError};
 pub struct State {
     pub config: ServeConfig,
     pub snapshot: SharedSnapshot,
-    pub authorizer: CedarAuthorizer,
+    pub authorizer: Arc<CedarAuthorizer>,
     pub client: UpstreamClient,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
@@ -41,11 +41,12 @@ impl State {
     ) -> Result<(Arc<State>, JoinHandle<()>), StoreError> {
         let key = Arc::new(key);
         let snap = Snapshot::load(&store, &key, policies.schema()).await?;
+        let authorizer = Arc::new(CedarAuthorizer::new(policies));
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let refresher = tokio::spawn(refresh_loop(
             store,
             key,
-            policies.schema().clone(),
+            authorizer.clone(),
             shared.clone(),
             config.refresh_interval,
         ));
@@ -56,7 +57,7 @@ impl State {
             .to_ascii_lowercase();
         let state = State {
             client: client(config.connect_timeout, config.idle_timeout),
-            authorizer: CedarAuthorizer::new(policies),
+            authorizer,
             snapshot: shared,
             public_host,
             config,

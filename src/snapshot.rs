@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 use url::Url;
 
 use crate::credentials::{injection, Injection};
+use crate::policy::CedarAuthorizer;
 use crate::secrets::MasterKey;
 use crate::store::{credential_aad, Store, StoreError};
 
@@ -152,26 +153,33 @@ pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
 
 /// Poll the store's revision and swap in a new snapshot when it moved.
 /// A failed poll keeps serving the last good snapshot and tries again.
+///
+/// The snapshot's policy entities follow the schema of the policies in
+/// force, so a policy reload rebuilds the snapshot too.
 pub async fn refresh_loop(
     store: Store,
     key: Arc<MasterKey>,
-    schema: cedar_policy::Schema,
+    authz: Arc<CedarAuthorizer>,
     shared: SharedSnapshot,
     interval: Duration,
 ) {
+    let mut reloads = authz.reloads();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let policies_changed = reloads.has_changed().unwrap_or(false);
         match store.revision().await {
-            Ok(r) if r == shared.load().revision => continue,
+            Ok(r) if r == shared.load().revision && !policies_changed => continue,
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "polling the store failed; serving the last snapshot");
                 continue;
             }
         }
-        match Snapshot::load(&store, &key, &schema).await {
+        reloads.mark_unchanged();
+        let policies = authz.policies();
+        match Snapshot::load(&store, &key, policies.schema()).await {
             Ok(s) => {
                 tracing::debug!(revision = s.revision, "snapshot reloaded");
                 shared.store(Arc::new(s));

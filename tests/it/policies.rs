@@ -214,3 +214,146 @@ async fn invalid_policies_stop_serve_and_fail_the_check() {
         assert!(out.lines().any(|l| l.trim() == id), "{out}");
     }
 }
+
+/// Wait for the next reload attempt to be reported.
+async fn next_reload(
+    rx: &mut tokio::sync::watch::Receiver<tessera::policy::Reloads>,
+) -> tessera::policy::Reloads {
+    tokio::time::timeout(std::time::Duration::from_secs(10), rx.changed())
+        .await
+        .expect("no reload within 10 s")
+        .unwrap();
+    rx.borrow_and_update().clone()
+}
+
+#[tokio::test]
+async fn edited_policies_are_reloaded_and_a_broken_edit_keeps_the_last_good_set() {
+    let up = Upstream::start().await;
+    let pol = policy_dir();
+    let policies = tessera::policy::Policies::load_dir(pol.path()).unwrap();
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let mut rx = p.state.authorizer.reloads();
+    tokio::spawn(tessera::policy::watch_dir(
+        p.state.authorizer.clone(),
+        pol.path().to_path_buf(),
+        std::time::Duration::from_millis(20),
+        futures_util::stream::pending(),
+    ));
+    let list = || r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string();
+    assert_eq!(post(&a, list()).await.0, 200);
+
+    // Files appear whole (written aside, then renamed), as an editor or a
+    // deployment would place them; the watcher never sees half a file.
+    let put = |name: &str, text: &str| {
+        let tmp = pol.path().join(format!("{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, pol.path().join(name)).unwrap();
+    };
+
+    // An edit that forbids tools/list takes effect.
+    put(
+        "no-list.cedar",
+        "@id(\"no-list\")\nforbid (principal, action == Action::\"tools/list\", resource);\n",
+    );
+    let r = next_reload(&mut rx).await;
+    assert_eq!((r.generation, r.last_error), (1, None));
+    let (s, v) = post(&a, list()).await;
+    assert_eq!(s, 403);
+    assert!(v["error"]["message"].as_str().unwrap().contains("no-list"));
+
+    // A broken edit is reported and changes nothing.
+    put(
+        "broken.cedar",
+        "permit (principal, action, resource) when {",
+    );
+    let r = next_reload(&mut rx).await;
+    assert_eq!(r.generation, 1);
+    assert!(
+        r.last_error
+            .as_deref()
+            .unwrap()
+            .contains("broken.cedar:1: "),
+        "{r:?}"
+    );
+    assert_eq!(
+        post(&a, list()).await.0,
+        403,
+        "the last good set is in force"
+    );
+    assert_eq!(post(&a, tools_call(2, "update_issue")).await.0, 200);
+
+    // Removing the broken file reloads again, with the good edit in force.
+    std::fs::remove_file(pol.path().join("broken.cedar")).unwrap();
+    let r = next_reload(&mut rx).await;
+    assert_eq!((r.generation, r.last_error), (2, None));
+    assert_eq!(post(&a, list()).await.0, 403);
+    assert_eq!(post(&a, tools_call(3, "update_issue")).await.0, 200);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads_the_policies_of_a_running_serve() {
+    use tokio::io::AsyncReadExt;
+
+    let up = Upstream::start().await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let a = register(
+        d,
+        &format!("http://127.0.0.1:{port}"),
+        "gh",
+        &up.url("/mcp"),
+        "agent",
+    );
+    let pol = policy_dir();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--policies",
+        ])
+        .arg(pol.path())
+        // Only the signal can trigger the reload in this test.
+        .args(["--policy-check-ms", "3600000"])
+        .env("TESSERA_DATA_DIR", d)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let mut log = String::new();
+    let mut wait_for = async |needle: &str| {
+        let mut buf = [0u8; 4096];
+        while !log.contains(needle) {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(10), stderr.read(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("no {needle:?} in: {log}"))
+                .unwrap();
+            assert!(n > 0, "serve exited: {log}");
+            log.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    };
+    wait_for("tessera serving").await;
+    let list = || r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string();
+    assert_eq!(post(&a, list()).await.0, 200);
+    std::fs::write(
+        pol.path().join("no-list.cedar"),
+        "@id(\"no-list\")\nforbid (principal, action == Action::\"tools/list\", resource);\n",
+    )
+    .unwrap();
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for("policies reloaded").await;
+    assert_eq!(post(&a, list()).await.0, 403);
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP ended serve");
+}
