@@ -225,36 +225,11 @@ async fn serve_binary_logs_no_secret() {
     let up = Upstream::start().await;
     let dir = Proxy::dir();
     let d = dir.path();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = Served::free_port();
     let public = format!("http://127.0.0.1:{port}");
     let a = register(d, &public, "gh", &up.url("/mcp"), "agent");
     let denied = register(d, &public, "deny", &up.url("/deny"), "agent2");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("TESSERA_DATA_DIR", d)
-        .env("RUST_LOG", "trace")
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    // Wait for the line that says it is serving.
-    let mut log = Vec::new();
-    {
-        use tokio::io::AsyncReadExt;
-        let mut buf = [0u8; 4096];
-        while !String::from_utf8_lossy(&log).contains("tessera serving") {
-            let n = tokio::time::timeout(Duration::from_secs(10), stderr.read(&mut buf))
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(n > 0, "serve exited: {}", String::from_utf8_lossy(&log));
-            log.extend_from_slice(&buf[..n]);
-        }
-    }
+    let mut served = Served::start(d, port, &[], &[("RUST_LOG", "trace")]).await;
     let c = client();
     assert_eq!(
         c.post(&a.url)
@@ -287,24 +262,14 @@ async fn serve_binary_logs_no_secret() {
         502
     );
     // SIGTERM, then read the rest of the log.
-    let pid = child.id().unwrap();
-    std::process::Command::new("kill")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    {
-        use tokio::io::AsyncReadExt;
-        tokio::time::timeout(Duration::from_secs(10), stderr.read_to_end(&mut log))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    let status = child.wait().await.unwrap();
+    served.signal("TERM");
+    served.read_to_end().await;
+    let status = served.child.wait().await.unwrap();
     assert!(
         status.success(),
         "serve did not shut down cleanly: {status:?}"
     );
-    let log = String::from_utf8(log).unwrap();
+    let log = served.log;
     assert!(log.contains("tessera::access"), "no access log: {log}");
     assert!(log.contains("credential_rejected"), "{log}");
     for secret in [SECRET, &a.token, &denied.token] {

@@ -294,15 +294,10 @@ async fn edited_policies_are_reloaded_and_a_broken_edit_keeps_the_last_good_set(
 #[cfg(unix)]
 #[tokio::test]
 async fn sighup_reloads_the_policies_of_a_running_serve() {
-    use tokio::io::AsyncReadExt;
-
     let up = Upstream::start().await;
     let dir = Proxy::dir();
     let d = dir.path();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = Served::free_port();
     let a = register(
         d,
         &format!("http://127.0.0.1:{port}"),
@@ -311,35 +306,14 @@ async fn sighup_reloads_the_policies_of_a_running_serve() {
         "agent",
     );
     let pol = policy_dir();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--policies",
-        ])
-        .arg(pol.path())
-        // Only the signal can trigger the reload in this test.
-        .args(["--policy-check-ms", "3600000"])
-        .env("TESSERA_DATA_DIR", d)
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let mut log = String::new();
-    let mut wait_for = async |needle: &str| {
-        let mut buf = [0u8; 4096];
-        while !log.contains(needle) {
-            let n = tokio::time::timeout(std::time::Duration::from_secs(10), stderr.read(&mut buf))
-                .await
-                .unwrap_or_else(|_| panic!("no {needle:?} in: {log}"))
-                .unwrap();
-            assert!(n > 0, "serve exited: {log}");
-            log.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    };
-    wait_for("tessera serving").await;
+    // Only the signal can trigger the reload in this test.
+    let args = [
+        "--policies",
+        pol.path().to_str().unwrap(),
+        "--policy-check-ms",
+        "3600000",
+    ];
+    let mut served = Served::start(d, port, &args, &[]).await;
     let list = || r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string();
     assert_eq!(post(&a, list()).await.0, 200);
     std::fs::write(
@@ -347,13 +321,11 @@ async fn sighup_reloads_the_policies_of_a_running_serve() {
         "@id(\"no-list\")\nforbid (principal, action == Action::\"tools/list\", resource);\n",
     )
     .unwrap();
-    let pid = child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    wait_for("policies reloaded").await;
+    served.signal("HUP");
+    served.wait_for("policies reloaded").await;
     assert_eq!(post(&a, list()).await.0, 403);
-    assert!(child.try_wait().unwrap().is_none(), "SIGHUP ended serve");
+    assert!(
+        served.child.try_wait().unwrap().is_none(),
+        "SIGHUP ended serve"
+    );
 }

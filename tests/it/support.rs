@@ -390,3 +390,81 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `tessera serve` run as its own process on a free port, its stderr read
+/// as the test asks.
+pub struct Served {
+    pub child: tokio::process::Child,
+    stderr: tokio::process::ChildStderr,
+    pub log: String,
+}
+
+impl Served {
+    /// Start `serve` on `dir` with `args` added, `env` set, and wait for
+    /// the line that says it is serving.
+    pub async fn start(
+        dir: &std::path::Path,
+        port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Served {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .env("TESSERA_DATA_DIR", dir)
+            .envs(env.iter().copied())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut s = Served {
+            child,
+            stderr,
+            log: String::new(),
+        };
+        s.wait_for("tessera serving").await;
+        s
+    }
+
+    /// A free port to serve on (and to build connection URLs with first).
+    pub fn free_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    /// Read the log until it holds `needle`.
+    pub async fn wait_for(&mut self, needle: &str) {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        while !self.log.contains(needle) {
+            let n = tokio::time::timeout(Duration::from_secs(10), self.stderr.read(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("no {needle:?} in: {}", self.log))
+                .unwrap();
+            assert!(n > 0, "serve exited: {}", self.log);
+            self.log.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+
+    /// Send a signal (`TERM`, `HUP`) with kill(1).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &pid])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Read the log to its end (the process has been told to stop).
+    pub async fn read_to_end(&mut self) {
+        use tokio::io::AsyncReadExt;
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), self.stderr.read_to_end(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        self.log.push_str(&String::from_utf8_lossy(&rest));
+    }
+}
