@@ -97,9 +97,9 @@ def run(cmd, core=CLIENT_CORE, env=None, timeout=600):
     return r.stdout
 
 
-def cli(data_dir, *args, env_extra=None):
+def cli(data_dir, *args, env_extra=None, binary=None):
     env = dict(os.environ, TESSERA_DATA_DIR=data_dir, **(env_extra or {}))
-    r = subprocess.run([TESSERA, *args], capture_output=True, text=True, env=env)
+    r = subprocess.run([binary or TESSERA, *args], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         die(f"tessera {' '.join(args)}: {r.stderr.strip()}")
     return r.stdout.strip().splitlines()[-1]
@@ -322,11 +322,19 @@ def main():
                   env=dict(os.environ, TESSERA_DATA_DIR=data, RUST_LOG="info,sqlx::query=debug"))
         wait_port(t_port, "tessera", t)
         if a.compare:
-            b_port = free_port()
+            # Its own data dir, registered through its own CLI: builds of
+            # different schema versions cannot share a database.
+            b_data, b_port = os.path.join(work, "before-data"), free_port()
+            cli(b_data, "credential", "add", "bench", "--upstream",
+                f"http://127.0.0.1:{up_port}/mcp", "--secret-env", "BENCH_UPSTREAM_SECRET",
+                env_extra={"BENCH_UPSTREAM_SECRET": up_secret}, binary=a.compare)
+            b_token = cli(b_data, "caller", "add", "agent", binary=a.compare)
+            b_url = cli(b_data, "connection", "add", "--caller", "agent", "--credential", "bench",
+                        "--public-url", f"http://127.0.0.1:{b_port}", binary=a.compare)
             b = start([a.compare, "serve", "--listen", f"127.0.0.1:{b_port}",
                        "--worker-threads", "1"], PROXY_CORE,
                       stderr=open(os.path.join(work, "before.log"), "w"),
-                      env=dict(os.environ, TESSERA_DATA_DIR=data, RUST_LOG="info"))
+                      env=dict(os.environ, TESSERA_DATA_DIR=b_data, RUST_LOG="info"))
             wait_port(b_port, "the compared tessera", b)
 
         # nginx with the equivalent config.
@@ -352,8 +360,7 @@ def main():
             Arm("tessera", t_url, f"Bearer {token}", [t.pid]),
         ]
         if a.compare:
-            arms.append(Arm("before", f"http://127.0.0.1:{b_port}/c/{conn_id}",
-                            f"Bearer {token}", [b.pid]))
+            arms.append(Arm("before", b_url, f"Bearer {b_token}", [b.pid]))
         for arm in arms:
             check_arm(arm, arm.name != "direct")
 
