@@ -37,7 +37,8 @@ pub struct AuthzRequest<'a> {
 /// A decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Allow,
+    /// Allowed, by these policies.
+    Allow(Vec<String>),
     Deny(Denial),
 }
 

@@ -11,6 +11,7 @@ use url::Url;
 /// Defaults, in one place.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7470";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
 
 /// A setting that cannot be used, named by its flag.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -40,6 +41,10 @@ pub struct ServeConfig {
     pub idle_timeout: Duration,
     /// How often the store's revision is polled for changes.
     pub refresh_interval: Duration,
+    /// Keep tool arguments in the audit trail (else only their SHA-256).
+    pub audit_arguments: bool,
+    /// Audit records that may wait for the writer before requests wait.
+    pub audit_queue: usize,
 }
 
 /// The raw values, as given (flags or environment; clap merged them).
@@ -53,6 +58,8 @@ pub struct RawServe {
     pub upstream_timeout_ms: u64,
     pub idle_timeout_ms: u64,
     pub refresh_ms: u64,
+    pub audit_arguments: bool,
+    pub audit_queue: usize,
 }
 
 /// The public URL from the listen address when none was given: an
@@ -124,6 +131,12 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         upstream_timeout: ms(raw.upstream_timeout_ms, "--upstream-timeout-ms")?,
         idle_timeout: ms(raw.idle_timeout_ms, "--idle-timeout-ms")?,
         refresh_interval: ms(raw.refresh_ms, "--refresh-ms")?,
+        audit_arguments: raw.audit_arguments,
+        audit_queue: if raw.audit_queue == 0 {
+            return Err(ConfigError::Zero("--audit-queue"));
+        } else {
+            raw.audit_queue
+        },
     })
 }
 
@@ -146,6 +159,8 @@ impl RawServe {
             upstream_timeout_ms: 60_000,
             idle_timeout_ms: 90_000,
             refresh_ms: 250,
+            audit_arguments: false,
+            audit_queue: DEFAULT_AUDIT_QUEUE,
         }
     }
 }

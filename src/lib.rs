@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod body;

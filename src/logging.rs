@@ -72,6 +72,13 @@ fn level_str(l: &Level) -> &'static str {
 }
 
 /// `2026-12-03T07:28:04.151950Z`, from the Unix time (civil-from-days).
+/// `t` as RFC 3339 in UTC with microseconds (`2026-12-03T07:43:26.775305Z`).
+pub fn rfc3339(t: SystemTime) -> String {
+    let mut s = String::with_capacity(27);
+    let _ = write_time(&mut s, t);
+    s
+}
+
 fn write_time(w: &mut dyn std::fmt::Write, t: SystemTime) -> std::fmt::Result {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();

@@ -50,6 +50,26 @@ enum Cmd {
     /// Authorization policies (Cedar).
     #[command(subcommand)]
     Policy(PolicyCmd),
+    /// The audit trail of authorization decisions, oldest first.
+    Audit {
+        #[arg(long)]
+        caller: Option<String>,
+        /// A connection id (the last part of its URL).
+        #[arg(long)]
+        connection: Option<String>,
+        /// Only records this recent: 30s, 15m, 1h, 7d.
+        #[arg(long)]
+        since: Option<String>,
+        /// At most this many (the newest).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Keep printing new records as they are written.
+        #[arg(long)]
+        follow: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -115,6 +135,13 @@ struct ServeArgs {
     /// built-in policy: a caller may use its own connections).
     #[arg(long, env = "TESSERA_POLICIES")]
     policies: Option<PathBuf>,
+    /// Keep tool-call arguments in the audit trail (default: only their
+    /// SHA-256).
+    #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS")]
+    audit_arguments: bool,
+    /// Audit records queued for the writer before requests wait for room.
+    #[arg(long, env = "TESSERA_AUDIT_QUEUE", default_value_t = config::DEFAULT_AUDIT_QUEUE)]
+    audit_queue: usize,
     /// How often the policy folder is checked for changes (SIGHUP reloads
     /// at once).
     #[arg(long, env = "TESSERA_POLICY_CHECK_MS", default_value_t = 1_000)]
@@ -225,6 +252,35 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Caller(c) => caller(&data_dir, c).await,
         Cmd::Connection(c) => connection(&data_dir, c).await,
         Cmd::Policy(c) => policy(&data_dir, c).await,
+        Cmd::Audit {
+            caller,
+            connection,
+            since,
+            limit,
+            json,
+            follow,
+        } => {
+            let since = match since {
+                None => None,
+                Some(s) => Some(tessera::audit::parse_since(&s).with_context(|| {
+                    format!("--since {s:?}: give a number and a unit: 30s, 15m, 1h, 7d")
+                })?),
+            };
+            let store = Store::open_data_dir(&data_dir).await?;
+            let q = tessera::audit::AuditQuery {
+                caller,
+                connection,
+                since: since.map(|d| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    now.saturating_sub(d).as_millis() as i64
+                }),
+                after_id: None,
+                limit: limit.max(1),
+            };
+            audit(&store, q, json, follow).await
+        }
     }
 }
 
@@ -361,6 +417,8 @@ async fn serve_logged(
         upstream_timeout_ms: a.upstream_timeout_ms,
         idle_timeout_ms: a.idle_timeout_ms,
         refresh_ms: a.refresh_ms,
+        audit_arguments: a.audit_arguments,
+        audit_queue: a.audit_queue,
     })?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
     let store = Store::open_data_dir(data_dir).await?;
@@ -375,7 +433,15 @@ async fn serve_logged(
     tracing::info!(listen = %listener.local_addr()?, public_url = %cfg.public_url, "tessera serving");
     // Start-up lines are shown at once, not a second later.
     log.flush();
-    tessera::server::run(listener, state, shutdown_signal(), Duration::from_secs(5)).await;
+    tessera::server::run(
+        listener,
+        state.clone(),
+        shutdown_signal(),
+        Duration::from_secs(5),
+    )
+    .await;
+    // Every decision made is on disk before the process ends.
+    state.audit.flush().await;
     Ok(())
 }
 
@@ -417,6 +483,53 @@ fn reload_policies_on_change(
         }
     }
     Ok(())
+}
+
+/// Print audit records; with `follow`, keep polling for new ones.
+async fn audit(
+    store: &Store,
+    mut q: tessera::audit::AuditQuery,
+    json: bool,
+    follow: bool,
+) -> Result<()> {
+    if !json {
+        println!(
+            "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} REASON",
+            "TIME", "CALLER", "CONN", "HTTP", "METHOD", "TOOL", "VERDICT", "STATUS"
+        );
+    }
+    loop {
+        let rows = store.audit(&q).await?;
+        for r in &rows {
+            if json {
+                println!("{}", serde_json::to_string(r)?);
+            } else {
+                let at = std::time::UNIX_EPOCH + Duration::from_millis(r.at.max(0) as u64);
+                println!(
+                    "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} {}",
+                    tessera::logging::rfc3339(at),
+                    r.caller,
+                    r.connection.chars().take(8).collect::<String>(),
+                    r.http_method,
+                    r.rpc_method.as_deref().unwrap_or("-"),
+                    r.tool.as_deref().unwrap_or("-"),
+                    r.verdict,
+                    r.status,
+                    r.reason.as_deref().unwrap_or("-"),
+                );
+            }
+        }
+        if let Some(last) = rows.last() {
+            q.after_id = Some(last.id);
+        }
+        if !follow {
+            return Ok(());
+        }
+        if q.after_id.is_none() {
+            q.after_id = Some(0);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 async fn shutdown_signal() {

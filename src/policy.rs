@@ -89,7 +89,41 @@ pub struct Policies {
     /// The files read, in order.
     pub files: Vec<String>,
     actions: HashMap<&'static str, EntityUid>,
+    /// The context attributes some policy may read; only these are built
+    /// per request (building the whole context was most of a decision's
+    /// cost).
+    uses: ContextUse,
     engine: cedar_policy::Authorizer,
+}
+
+/// Which context attributes the policies can read: a policy's text must
+/// name an attribute to read it (record keys are literals in Cedar), so an
+/// attribute no policy text mentions cannot change a decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ContextUse {
+    http_method: bool,
+    rpc_method: bool,
+    tool: bool,
+    arguments: bool,
+    protocol_version: bool,
+    origin: bool,
+    time: bool,
+}
+
+impl ContextUse {
+    fn of<'a>(texts: impl IntoIterator<Item = &'a str>) -> ContextUse {
+        let mut u = ContextUse::default();
+        for t in texts.into_iter().filter(|t| t.contains("context")) {
+            u.http_method |= t.contains("http_method");
+            u.rpc_method |= t.contains("rpc_method");
+            u.tool |= t.contains("tool");
+            u.arguments |= t.contains("arguments");
+            u.protocol_version |= t.contains("protocol_version");
+            u.origin |= t.contains("origin");
+            u.time |= t.contains("time");
+        }
+        u
+    }
 }
 
 impl std::fmt::Debug for Policies {
@@ -259,9 +293,11 @@ impl Policies {
             ])
             .map(|a| (*a, uid("Action", a)))
             .collect();
+        let uses = ContextUse::of(files.iter().map(|(_, t)| t.as_str()));
         Ok(Policies {
             set,
             schema,
+            uses,
             origin: origin.to_string(),
             files: files.into_iter().map(|(f, _)| f).collect(),
             actions,
@@ -314,7 +350,7 @@ impl Policies {
         let Some(action) = self.actions.get(action) else {
             return deny(format!("no action {action:?}"));
         };
-        let context = match context(req) {
+        let context = match context(req, self.uses) {
             Ok(c) => c,
             Err(e) => return deny(format!("the request context: {e}")),
         };
@@ -474,7 +510,7 @@ impl Authorizer for CedarAuthorizer {
     fn authorize(&self, req: &AuthzRequest<'_>) -> Verdict {
         let e = self.policies.load().evaluate(req);
         if e.allowed {
-            Verdict::Allow
+            Verdict::Allow(e.policies)
         } else {
             if !e.errors.is_empty() {
                 tracing::warn!(errors = ?e.errors, "a policy failed to evaluate; denied");
@@ -487,55 +523,79 @@ impl Authorizer for CedarAuthorizer {
 }
 
 fn uid(kind: &str, id: &str) -> EntityUid {
-    EntityUid::from_type_name_and_id(
-        EntityTypeName::from_str(kind).expect("a valid type name"),
-        EntityId::new(id),
-    )
+    EntityUid::from_type_name_and_id(type_name(kind), EntityId::new(id))
+}
+
+/// The schema's entity type names, parsed once: parsing one per request
+/// showed in profiles.
+fn type_name(kind: &str) -> EntityTypeName {
+    static NAMES: std::sync::OnceLock<[(&str, EntityTypeName); 4]> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        ["Caller", "Connection", "Group", "Action"]
+            .map(|k| (k, EntityTypeName::from_str(k).expect("a valid type name")))
+    });
+    match names.iter().find(|(k, _)| *k == kind) {
+        Some((_, t)) => t.clone(),
+        None => EntityTypeName::from_str(kind).expect("a valid type name"),
+    }
 }
 
 fn string(s: &str) -> RestrictedExpression {
     RestrictedExpression::new_string(s.to_string())
 }
 
-/// The request's context record, as the schema declares it.
-fn context(req: &AuthzRequest<'_>) -> Result<Context, String> {
-    let unix = req
-        .time
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let days = unix.div_euclid(86_400);
-    let time = RestrictedExpression::new_record([
-        ("unix".to_string(), RestrictedExpression::new_long(unix)),
+/// The request's context record, as the schema declares it, with only the
+/// attributes in `uses`.
+fn context(req: &AuthzRequest<'_>, uses: ContextUse) -> Result<Context, String> {
+    let mut pairs = Vec::new();
+    if uses.time {
+        let unix = req
+            .time
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let days = unix.div_euclid(86_400);
+        let time = RestrictedExpression::new_record([
+            ("unix".to_string(), RestrictedExpression::new_long(unix)),
+            (
+                "hour".to_string(),
+                RestrictedExpression::new_long(unix.rem_euclid(86_400) / 3600),
+            ),
+            (
+                "minute".to_string(),
+                RestrictedExpression::new_long(unix.rem_euclid(3600) / 60),
+            ),
+            // 1970-01-01 was a Thursday (ISO weekday 4).
+            (
+                "weekday".to_string(),
+                RestrictedExpression::new_long((days + 3).rem_euclid(7) + 1),
+            ),
+        ])
+        .expect("distinct keys");
+        pairs.push(("time".to_string(), time));
+    }
+    let fields = [
         (
-            "hour".to_string(),
-            RestrictedExpression::new_long(unix.rem_euclid(86_400) / 3600),
+            "http_method",
+            uses.http_method,
+            Some(req.http_method.as_str()),
         ),
+        ("rpc_method", uses.rpc_method, req.rpc_method),
+        ("tool", uses.tool, req.tool),
+        ("arguments", uses.arguments, req.arguments),
         (
-            "minute".to_string(),
-            RestrictedExpression::new_long(unix.rem_euclid(3600) / 60),
+            "protocol_version",
+            uses.protocol_version,
+            req.protocol_version,
         ),
-        // 1970-01-01 was a Thursday (ISO weekday 4).
-        (
-            "weekday".to_string(),
-            RestrictedExpression::new_long((days + 3).rem_euclid(7) + 1),
-        ),
-    ])
-    .expect("distinct keys");
-    let mut pairs = vec![
-        ("http_method".to_string(), string(req.http_method.as_str())),
-        ("time".to_string(), time),
+        ("origin", uses.origin, req.origin),
     ];
-    let optional = [
-        ("rpc_method", req.rpc_method),
-        ("tool", req.tool),
-        ("arguments", req.arguments),
-        ("protocol_version", req.protocol_version),
-        ("origin", req.origin),
-    ];
-    for (k, v) in optional {
-        if let Some(v) = v {
+    for (k, used, v) in fields {
+        if let (true, Some(v)) = (used, v) {
             pairs.push((k.to_string(), string(v)));
         }
+    }
+    if pairs.is_empty() {
+        return Ok(Context::empty());
     }
     Context::from_pairs(pairs).map_err(|e| e.to_string())
 }
@@ -844,6 +904,19 @@ mod tests {
             "business-hours",
         ]);
         assert_eq!(p.len(), 5);
+    }
+
+    #[test]
+    fn only_the_context_policies_name_is_built() {
+        let u = ContextUse::of([BUILTIN_DEFAULT]);
+        assert_eq!(u, ContextUse::default());
+        let u = ContextUse::of([
+            BUILTIN_DEFAULT,
+            "forbid (principal, action, resource) when { context has tool && context.tool like \"x*\" };",
+        ]);
+        assert!(u.tool && !u.time && !u.arguments);
+        // The built-in schema itself mentions everything.
+        assert!(ContextUse::of([BUILTIN_SCHEMA]).time);
     }
 
     #[test]

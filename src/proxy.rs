@@ -13,6 +13,7 @@ use http::{header, HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use crate::audit::{arguments_digest, AuditRecord};
 use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::ProxyBody;
@@ -37,6 +38,20 @@ struct Access {
     reason: Option<&'static str>,
     /// The raw JSON id, to answer a refusal with it.
     id: Option<CompactString>,
+    /// The full connection id, for the audit trail.
+    connection_id: Option<String>,
+    /// Each authorization decision made, for the audit trail.
+    decisions: Vec<Decided>,
+}
+
+/// One decision, kept until the response status is known.
+struct Decided {
+    rpc_method: Option<String>,
+    tool: Option<String>,
+    allowed: bool,
+    policies: Vec<String>,
+    arguments_sha256: Option<String>,
+    arguments: Option<String>,
 }
 
 /// Handle one request to the data plane.
@@ -69,7 +84,51 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         status = resp.status().as_u16(),
         micros = started.elapsed().as_micros() as u64,
     );
+    audit(&state, access, &method, resp.status().as_u16(), started).await;
     resp
+}
+
+/// Queue one audit record per decision made (none for requests refused
+/// before authorization: those are in the access log).
+async fn audit(
+    state: &State,
+    access: Access,
+    method: &http::Method,
+    status: u16,
+    started: Instant,
+) {
+    let (Some(caller), Some(connection)) = (access.caller, access.connection_id) else {
+        return;
+    };
+    let at = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let duration_us = started.elapsed().as_micros() as i64;
+    for d in access.decisions {
+        let reason = if d.policies.is_empty() {
+            (!d.allowed).then(|| "no policy permits it".to_string())
+        } else {
+            Some(d.policies.join(", "))
+        };
+        state
+            .audit
+            .record(AuditRecord {
+                id: 0,
+                at,
+                caller: caller.name.clone(),
+                connection: connection.clone(),
+                http_method: method.as_str().to_string(),
+                rpc_method: d.rpc_method,
+                tool: d.tool,
+                verdict: if d.allowed { "allow" } else { "deny" }.to_string(),
+                reason,
+                arguments_sha256: d.arguments_sha256,
+                arguments: d.arguments,
+                status,
+                duration_us,
+            })
+            .await;
+    }
 }
 
 async fn proxy(
@@ -94,6 +153,7 @@ async fn proxy(
     access.caller = Some(caller.clone());
     let conn = connection_for(&snap, &caller, r.connection_id)?;
     access.connection = Some(r.connection_id.chars().take(8).collect());
+    access.connection_id = Some(r.connection_id.to_string());
     let upstream = conn.upstream.clone();
 
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
@@ -132,7 +192,7 @@ async fn proxy(
         access.tool = first.tool().map(CompactString::from);
     }
     if messages.is_empty() {
-        decide(state, &ask, false)?;
+        decide(state, &ask, false, &mut access.decisions)?;
     }
     let single = messages.len() == 1;
     for m in messages {
@@ -140,7 +200,7 @@ async fn proxy(
         ask.tool = m.tool();
         ask.arguments = m.arguments();
         ask.protocol_version = version_header.or_else(|| m.protocol_version());
-        decide(state, &ask, single)?;
+        decide(state, &ask, single, &mut access.decisions)?;
     }
     drop(peeked);
     drop(snap);
@@ -186,9 +246,30 @@ async fn proxy(
 
 /// Ask the authorizer. A refused lone `tools/call` is answered as a tool
 /// result the model can read; anything else refused is a 403.
-fn decide(state: &State, ask: &AuthzRequest<'_>, single: bool) -> Result<(), ProxyError> {
-    let denial = match state.authorizer.authorize(ask) {
-        Verdict::Allow => return Ok(()),
+fn decide(
+    state: &State,
+    ask: &AuthzRequest<'_>,
+    single: bool,
+    decided: &mut Vec<Decided>,
+) -> Result<(), ProxyError> {
+    let verdict = state.authorizer.authorize(ask);
+    let (allowed, policies) = match &verdict {
+        Verdict::Allow(p) => (true, p.clone()),
+        Verdict::Deny(d) => (false, d.policies.clone()),
+    };
+    decided.push(Decided {
+        rpc_method: ask.rpc_method.map(str::to_string),
+        tool: ask.tool.map(str::to_string),
+        allowed,
+        policies,
+        arguments_sha256: ask.arguments.map(arguments_digest),
+        arguments: ask
+            .arguments
+            .filter(|_| state.config.audit_arguments)
+            .map(str::to_string),
+    });
+    let denial = match verdict {
+        Verdict::Allow(_) => return Ok(()),
         Verdict::Deny(d) => d,
     };
     let connection: String = ask.connection_id.chars().take(8).collect();

@@ -13,6 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::audit::Audit;
 use crate::config::ServeConfig;
 use crate::error::ProxyError;
 use crate::forward::{client, UpstreamClient};
@@ -27,6 +28,8 @@ pub struct State {
     pub snapshot: SharedSnapshot,
     pub authorizer: Arc<CedarAuthorizer>,
     pub client: UpstreamClient,
+    /// The audit trail's queue.
+    pub audit: Audit,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
 }
@@ -42,6 +45,7 @@ impl State {
         let key = Arc::new(key);
         let snap = Snapshot::load(&store, &key, policies.schema()).await?;
         let authorizer = Arc::new(CedarAuthorizer::new(policies));
+        let (audit, _writer) = Audit::start(store.clone(), config.audit_queue);
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let refresher = tokio::spawn(refresh_loop(
             store,
@@ -58,6 +62,7 @@ impl State {
         let state = State {
             client: client(config.connect_timeout, config.idle_timeout),
             authorizer,
+            audit,
             snapshot: shared,
             public_host,
             config,

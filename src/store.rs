@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 
+use crate::audit::{AuditQuery, AuditRecord};
 use crate::credentials::Scheme;
 
 /// A storage failure. Messages name the thing, never a secret.
@@ -299,6 +300,70 @@ impl Store {
                         .map_err(|_| sqlx::Error::Decode("token digest is not 32 bytes".into()))?,
                     created_at: r.try_get("created_at")?,
                     revoked_at: r.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Write audit records: one statement, one transaction.
+    pub async fn insert_audit(&self, rows: &[AuditRecord]) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut q = sqlx::QueryBuilder::new(
+            "INSERT INTO audit (at, caller, connection, http_method, rpc_method, tool, verdict, \
+             reason, arguments_sha256, arguments, status, duration_us) ",
+        );
+        q.push_values(rows, |mut b, r| {
+            b.push_bind(r.at)
+                .push_bind(&r.caller)
+                .push_bind(&r.connection)
+                .push_bind(&r.http_method)
+                .push_bind(&r.rpc_method)
+                .push_bind(&r.tool)
+                .push_bind(&r.verdict)
+                .push_bind(&r.reason)
+                .push_bind(&r.arguments_sha256)
+                .push_bind(&r.arguments)
+                .push_bind(i64::from(r.status))
+                .push_bind(r.duration_us);
+        });
+        q.build().execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Audit records matching `q`, oldest first: the newest `q.limit`, or
+    /// with `after_id` the first `q.limit` after it.
+    pub async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT * FROM audit \
+             WHERE (?1 IS NULL OR caller = ?1) AND (?2 IS NULL OR connection = ?2) \
+               AND (?3 IS NULL OR at >= ?3) AND id > ?4 \
+             ORDER BY id * (CASE WHEN ?4 > 0 THEN 1 ELSE -1 END) LIMIT ?5) ORDER BY id",
+        )
+        .bind(&q.caller)
+        .bind(&q.connection)
+        .bind(q.since)
+        .bind(q.after_id.unwrap_or(0))
+        .bind(q.limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(AuditRecord {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    caller: r.try_get("caller")?,
+                    connection: r.try_get("connection")?,
+                    http_method: r.try_get("http_method")?,
+                    rpc_method: r.try_get("rpc_method")?,
+                    tool: r.try_get("tool")?,
+                    verdict: r.try_get("verdict")?,
+                    reason: r.try_get("reason")?,
+                    arguments_sha256: r.try_get("arguments_sha256")?,
+                    arguments: r.try_get("arguments")?,
+                    status: u16::try_from(r.try_get::<i64, _>("status")?).unwrap_or(0),
+                    duration_us: r.try_get("duration_us")?,
                 })
             })
             .collect()

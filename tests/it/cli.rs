@@ -198,25 +198,6 @@ fn cli_contract_and_errors() {
     assert_no_plaintext(d, &[SECRET, "piped-secret-9", &token]);
 }
 
-/// Walk the data dir and assert no file holds any of `needles` in clear.
-fn assert_no_plaintext(dir: &std::path::Path, needles: &[&str]) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            assert_no_plaintext(&path, needles);
-            continue;
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        for n in needles {
-            assert!(
-                !bytes.windows(n.len()).any(|w| w == n.as_bytes()),
-                "{} holds a secret in clear",
-                path.display()
-            );
-        }
-    }
-}
-
 /// `tessera serve` as its own process, with debug logs: drive a request,
 /// a refusal and an upstream rejection through it, then check that the
 /// logs and the data dir hold neither the secret nor the caller token.

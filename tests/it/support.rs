@@ -319,6 +319,10 @@ impl Proxy {
     pub fn base(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    pub fn store(&self) -> &tessera::store::Store {
+        &self.store
+    }
 }
 
 /// Register a bearer credential `cred` for `upstream_url`, a caller `name`
@@ -466,5 +470,24 @@ impl Served {
             .unwrap()
             .unwrap();
         self.log.push_str(&String::from_utf8_lossy(&rest));
+    }
+}
+
+/// Walk the data dir and assert no file holds any of `needles` in clear.
+pub fn assert_no_plaintext(dir: &std::path::Path, needles: &[&str]) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            assert_no_plaintext(&path, needles);
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        for n in needles {
+            assert!(
+                !bytes.windows(n.len()).any(|w| w == n.as_bytes()),
+                "{} holds a secret in clear",
+                path.display()
+            );
+        }
     }
 }

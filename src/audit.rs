@@ -1,0 +1,183 @@
+//! The audit trail: one row per authorization decision, written off the
+//! request's path.
+//!
+//! A request hands its record to a bounded queue and goes on; one task
+//! drains the queue in batches, each batch one transaction. Nothing is
+//! dropped: when the queue is full the request waits for room (and
+//! [`Audit::waited`] counts it), and a failed write is retried until it
+//! succeeds. Records hold names, ids, methods, the verdict and its reason,
+//! and a SHA-256 of the tool arguments (the arguments themselves only with
+//! `--audit-arguments`); never a credential or a caller token, which the
+//! request path never hands over.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::store::Store;
+
+/// One decision, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AuditRecord {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    pub caller: String,
+    pub connection: String,
+    pub http_method: String,
+    pub rpc_method: Option<String>,
+    pub tool: Option<String>,
+    /// `allow` or `deny`.
+    pub verdict: String,
+    /// The determining policy ids, or why a request was refused.
+    pub reason: Option<String>,
+    /// Hex SHA-256 of the tool arguments' JSON text.
+    pub arguments_sha256: Option<String>,
+    /// The arguments themselves, only with `--audit-arguments`.
+    pub arguments: Option<String>,
+    /// The status the caller got (the upstream's, or tessera's own).
+    pub status: u16,
+    pub duration_us: i64,
+}
+
+// Records are nearly every item; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Item {
+    Record(AuditRecord),
+    /// Answered once everything queued before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// The sending side, shared by every request.
+#[derive(Clone)]
+pub struct Audit {
+    tx: mpsc::Sender<Item>,
+    waited: Arc<AtomicU64>,
+}
+
+/// Records per transaction, at most.
+const BATCH: usize = 512;
+
+impl Audit {
+    /// Start the writer on `store` with room for `capacity` records.
+    pub fn start(store: Store, capacity: usize) -> (Audit, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let writer = tokio::spawn(write_batches(store, rx));
+        (
+            Audit {
+                tx,
+                waited: Arc::new(AtomicU64::new(0)),
+            },
+            writer,
+        )
+    }
+
+    /// Queue a record; waits only when the queue is full.
+    pub async fn record(&self, r: AuditRecord) {
+        match self.tx.try_send(Item::Record(r)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(item)) => {
+                self.waited.fetch_add(1, Ordering::Relaxed);
+                if self.tx.send(item).await.is_err() {
+                    tracing::error!("the audit writer has stopped; a record was not written");
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::error!("the audit writer has stopped; a record was not written");
+            }
+        }
+    }
+
+    /// Wait until every record queued so far is in the database.
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Item::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// How many records had to wait for room in the queue.
+    pub fn waited(&self) -> u64 {
+        self.waited.load(Ordering::Relaxed)
+    }
+
+    /// Records waiting to be written.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+}
+
+async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut waiting = Vec::new();
+    loop {
+        let Some(first) = rx.recv().await else {
+            return;
+        };
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            match item {
+                Item::Record(r) => batch.push(r),
+                Item::Flush(done) => waiting.push(done),
+            }
+            if batch.len() < BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        let mut backoff = Duration::from_millis(50);
+        while !batch.is_empty() {
+            match store.insert_audit(&batch).await {
+                Ok(()) => batch.clear(),
+                Err(e) => {
+                    tracing::error!(error = %e, records = batch.len(), "writing audit records failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Hex SHA-256 of a tool call's arguments.
+pub fn arguments_digest(args: &str) -> String {
+    use sha2::{Digest, Sha256};
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let d = Sha256::digest(args.as_bytes());
+    let mut s = String::with_capacity(64);
+    for b in d {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    s
+}
+
+/// Which records `tessera audit` shows.
+#[derive(Debug, Default, Clone)]
+pub struct AuditQuery {
+    pub caller: Option<String>,
+    pub connection: Option<String>,
+    /// Unix milliseconds: records at or after.
+    pub since: Option<i64>,
+    /// Records with a larger id only (for following).
+    pub after_id: Option<i64>,
+    pub limit: i64,
+}
+
+/// Parse `30s`, `15m`, `1h`, `7d` into a duration.
+pub fn parse_since(s: &str) -> Option<Duration> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = n.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return None,
+    };
+    Some(Duration::from_secs(secs))
+}

@@ -1,0 +1,170 @@
+//! The audit trail: a row per authorization decision with the verdict and
+//! the policies behind it, nothing secret in it, nothing lost when the
+//! queue is full.
+
+use tessera::audit::{arguments_digest, AuditQuery, AuditRecord};
+
+use crate::support::*;
+
+async fn rows(p: &Proxy) -> Vec<AuditRecord> {
+    p.state.audit.flush().await;
+    p.store()
+        .audit(&AuditQuery {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+fn with_deny_list() -> tessera::policy::Policies {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    for f in ["default.cedar", "examples/tool-deny-list.cedar"] {
+        let name = std::path::Path::new(f).file_name().unwrap();
+        std::fs::copy(root.join(f), dir.path().join(name)).unwrap();
+    }
+    tessera::policy::Policies::load_dir(dir.path()).unwrap()
+}
+
+async fn call(a: &Agent, body: String) -> u16 {
+    client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn every_decision_is_audited_and_nothing_secret() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, with_deny_list()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let conn = a.url.rsplit('/').next().unwrap().to_string();
+    let args = r#"{"repo":"octo/x","token_in_args":"not a tessera secret"}"#;
+    let body = |id: u32, tool: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+        )
+    };
+    assert_eq!(call(&a, body(1, "update_issue")).await, 200);
+    assert_eq!(call(&a, body(2, "delete_repo")).await, 200);
+    let get = client()
+        .get(&a.url)
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    // Refused before any decision: in the access log, not the audit trail.
+    let wrong = client()
+        .post(&a.url)
+        .bearer_auth("tsr_wrong")
+        .body(body(3, "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+
+    let r = rows(&p).await;
+    assert_eq!(r.len(), 3, "{r:#?}");
+    let digest = arguments_digest(args);
+    let allowed = &r[0];
+    assert_eq!(
+        (
+            allowed.caller.as_str(),
+            allowed.connection.as_str(),
+            allowed.http_method.as_str()
+        ),
+        ("agent", conn.as_str(), "POST")
+    );
+    assert_eq!(allowed.rpc_method.as_deref(), Some("tools/call"));
+    assert_eq!(allowed.tool.as_deref(), Some("update_issue"));
+    assert_eq!((allowed.verdict.as_str(), allowed.status), ("allow", 200));
+    assert_eq!(allowed.reason.as_deref(), Some("own-connections"));
+    assert_eq!(allowed.arguments_sha256.as_deref(), Some(digest.as_str()));
+    assert_eq!(
+        allowed.arguments, None,
+        "arguments are kept only when asked"
+    );
+    let denied = &r[1];
+    assert_eq!(denied.tool.as_deref(), Some("delete_repo"));
+    assert_eq!((denied.verdict.as_str(), denied.status), ("deny", 200));
+    assert_eq!(denied.reason.as_deref(), Some("no-destructive-tools"));
+    let stream = &r[2];
+    assert_eq!(
+        (stream.http_method.as_str(), stream.rpc_method.as_deref()),
+        ("GET", None)
+    );
+    assert_eq!(stream.verdict, "allow");
+    assert!(r.iter().all(|x| x.at > 0 && x.duration_us >= 0));
+    assert_eq!(
+        up.seen().len(),
+        2,
+        "the denied call did not reach the upstream"
+    );
+
+    p.state.audit.flush().await;
+    assert_no_plaintext(p.dir.path(), &[SECRET, &a.token]);
+}
+
+#[tokio::test]
+async fn arguments_are_kept_when_asked() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with(Proxy::dir(), |c| c.audit_arguments = true).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"q":[1,2]}}}"#;
+    assert_eq!(call(&a, body.to_string()).await, 200);
+    let r = rows(&p).await;
+    assert_eq!(r[0].arguments.as_deref(), Some(r#"{"q":[1,2]}"#));
+}
+
+#[tokio::test]
+async fn a_full_queue_makes_requests_wait_and_loses_nothing() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with(Proxy::dir(), |c| c.audit_queue = 1).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let calls = (0..60).map(|i| call(&a, tools_call(i, "t")));
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| *s == 200));
+    let r = rows(&p).await;
+    assert_eq!(r.len(), 60, "audit records were lost");
+    let mut ids: Vec<_> = r.iter().map(|x| x.id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 60);
+}
+
+#[tokio::test]
+async fn the_cli_lists_and_filters_the_trail() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let b = p.agent("gh", &up.url("/mcp"), "other").await;
+    assert_eq!(call(&a, tools_call(1, "tool_a")).await, 200);
+    assert_eq!(call(&b, tools_call(2, "tool_b")).await, 200);
+    p.state.audit.flush().await;
+    let d = p.dir.path();
+    let o = cli(
+        d,
+        &["audit", "--caller", "agent", "--json", "--since", "1h"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["tool"], "tool_a");
+    let o = cli(d, &["audit"]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("tool_a") && out.contains("tool_b"), "{out}");
+    let o = cli(d, &["audit", "--since", "yesterday"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("30s, 15m, 1h, 7d"));
+}
