@@ -168,6 +168,7 @@ fn benches(c: &mut Criterion) {
         connection_id: CONN,
         connection: conn,
         entities: &snap.entities,
+        revision: snap.revision,
         http_method: &Method::POST,
         rpc_method: m.method.as_deref(),
         tool: m.tool(),

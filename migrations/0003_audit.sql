@@ -17,4 +17,4 @@ CREATE TABLE audit (
     duration_us      INTEGER NOT NULL
 );
 CREATE INDEX audit_at ON audit (at);
-CREATE INDEX audit_caller ON audit (caller, id);
+

@@ -109,21 +109,35 @@ impl Audit {
     }
 }
 
+/// How long the writer lingers for more records before writing a batch
+/// that is not full: per-row cost in SQLite falls steeply with batch size,
+/// and the writer shares the proxy's core.
+const LINGER: Duration = Duration::from_millis(20);
+
 async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
+    let mut items = Vec::with_capacity(BATCH);
     let mut batch = Vec::with_capacity(BATCH);
     let mut waiting = Vec::new();
     loop {
-        let Some(first) = rx.recv().await else {
+        if rx.recv_many(&mut items, BATCH).await == 0 {
             return;
-        };
-        let mut next = Some(first);
-        while let Some(item) = next.take() {
+        }
+        // Gather more until the batch is full, the linger is over, or
+        // someone waits for a flush.
+        let linger = tokio::time::sleep(LINGER);
+        tokio::pin!(linger);
+        let flush_asked = |items: &[Item]| items.iter().any(|i| matches!(i, Item::Flush(_)));
+        while items.len() < BATCH && !flush_asked(&items) {
+            let room = BATCH - items.len();
+            tokio::select! {
+                n = rx.recv_many(&mut items, room) => if n == 0 { break },
+                () = &mut linger => break,
+            }
+        }
+        for item in items.drain(..) {
             match item {
                 Item::Record(r) => batch.push(r),
                 Item::Flush(done) => waiting.push(done),
-            }
-            if batch.len() < BATCH {
-                next = rx.try_recv().ok();
             }
         }
         let mut backoff = Duration::from_millis(50);

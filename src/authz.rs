@@ -19,8 +19,10 @@ pub struct AuthzRequest<'a> {
     pub caller: &'a Caller,
     pub connection_id: &'a str,
     pub connection: &'a Connection,
-    /// The snapshot's callers, groups and connections, as policy entities.
+    /// The snapshot's callers, groups and connections, as policy entities,
+    /// and the snapshot's revision (decisions are cached per revision).
     pub entities: &'a cedar_policy::Entities,
+    pub revision: i64,
     pub http_method: &'a Method,
     /// The JSON-RPC method of a POST (`tools/call`, `initialize`, …); for a
     /// 2025-03-26 batch, each message is authorized in turn.

@@ -354,6 +354,7 @@ async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
                 connection_id: &connection,
                 connection: conn,
                 entities: &snap.entities,
+                revision: snap.revision,
                 http_method: &http_method,
                 rpc_method,
                 tool: tool.as_deref(),

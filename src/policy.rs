@@ -93,8 +93,23 @@ pub struct Policies {
     /// per request (building the whole context was most of a decision's
     /// cost).
     uses: ContextUse,
+    /// Decisions already made, when no policy reads the context: then a
+    /// decision depends only on caller, connection and action.
+    cache: Option<std::sync::Mutex<DecisionCache>>,
     engine: cedar_policy::Authorizer,
 }
+
+/// Decisions of a context-free policy set for one snapshot revision, keyed
+/// by caller, a hash of the connection id, and action; the entry keeps the
+/// id itself, so a hash collision is a miss, never someone else's decision.
+#[derive(Default)]
+struct DecisionCache {
+    revision: i64,
+    map: HashMap<(i64, u64, &'static str), (Box<str>, Evaluation)>,
+}
+
+/// Entries kept before the cache starts over.
+const CACHE_LIMIT: usize = 100_000;
 
 /// Which context attributes the policies can read: a policy's text must
 /// name an attribute to read it (record keys are literals in Cedar), so an
@@ -298,6 +313,7 @@ impl Policies {
             set,
             schema,
             uses,
+            cache: (uses == ContextUse::default()).then(Default::default),
             origin: origin.to_string(),
             files: files.into_iter().map(|(f, _)| f).collect(),
             actions,
@@ -339,8 +355,44 @@ impl Policies {
         }
     }
 
-    /// Evaluate one request.
+    /// Evaluate one request (from the cache when the policies read no
+    /// context and this caller, connection and action were decided before
+    /// on the same snapshot).
     pub fn evaluate(&self, req: &AuthzRequest<'_>) -> Evaluation {
+        let Some(cache) = &self.cache else {
+            return self.evaluate_uncached(req);
+        };
+        let name = Self::action_name(req.http_method, req.rpc_method);
+        let Some((&action, _)) = self.actions.get_key_value(name) else {
+            return self.evaluate_uncached(req);
+        };
+        let key = (req.caller.id, fx_hash(req.connection_id), action);
+        {
+            let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+            if c.revision != req.revision {
+                c.map.clear();
+                c.revision = req.revision;
+            }
+            if let Some((id, e)) = c.map.get(&key) {
+                if **id == *req.connection_id {
+                    return e.clone();
+                }
+            }
+        }
+        let e = self.evaluate_uncached(req);
+        if e.errors.is_empty() {
+            let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+            if c.revision == req.revision {
+                if c.map.len() >= CACHE_LIMIT {
+                    c.map.clear();
+                }
+                c.map.insert(key, (req.connection_id.into(), e.clone()));
+            }
+        }
+        e
+    }
+
+    fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Evaluation {
         let deny = |why: String| Evaluation {
             allowed: false,
             policies: Vec::new(),
@@ -524,6 +576,14 @@ impl Authorizer for CedarAuthorizer {
 
 fn uid(kind: &str, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(type_name(kind), EntityId::new(id))
+}
+
+/// A fast non-cryptographic hash (FNV-1a) of a connection id for the
+/// decision cache; entries keep the id, so collisions only cost a miss.
+fn fx_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The schema's entity type names, parsed once: parsing one per request
@@ -785,6 +845,7 @@ mod tests {
             connection_id: id,
             connection,
             entities: &w.entities,
+            revision: 1,
             http_method: &http::Method::POST,
             rpc_method: Some(method),
             tool,
@@ -821,6 +882,23 @@ mod tests {
         let e = ask(&p, &w, "agent", "c-reader", "tools/list", None, t);
         assert!(!e.allowed);
         assert!(e.policies.is_empty(), "denied because nothing permits it");
+    }
+
+    #[test]
+    fn cached_decisions_are_per_caller_and_connection() {
+        let p = Policies::builtin();
+        assert!(p.cache.is_some(), "the default policy reads no context");
+        let w = world(&p);
+        let t = monday_at(3);
+        for _ in 0..2 {
+            assert!(ask(&p, &w, "agent", "c-agent", "tools/list", None, t).allowed);
+            assert!(!ask(&p, &w, "reader", "c-agent", "tools/list", None, t).allowed);
+            assert!(!ask(&p, &w, "agent", "c-reader", "tools/list", None, t).allowed);
+        }
+        let cached = p.cache.as_ref().unwrap().lock().unwrap().map.len();
+        assert_eq!(cached, 3);
+        // Policies that read the context are never cached.
+        assert!(with_examples(&["business-hours"]).cache.is_none());
     }
 
     #[test]

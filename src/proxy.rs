@@ -178,6 +178,7 @@ async fn proxy(
         connection_id: r.connection_id,
         connection: conn,
         entities: &snap.entities,
+        revision: snap.revision,
         http_method: &parts.method,
         rpc_method: None,
         tool: None,
