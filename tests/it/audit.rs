@@ -168,3 +168,36 @@ async fn the_cli_lists_and_filters_the_trail() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("30s, 15m, 1h, 7d"));
 }
+
+#[tokio::test]
+async fn audit_follow_prints_records_as_they_are_written() {
+    use tokio::io::AsyncBufReadExt;
+
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    assert_eq!(call(&a, tools_call(1, "before_follow")).await, 200);
+    p.state.audit.flush().await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["audit", "--json", "--follow"])
+        .env("TESSERA_DATA_DIR", p.dir.path())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next_tool = async || {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("no audit line within 10 s")
+            .unwrap()
+            .expect("audit --follow ended");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["tool"].as_str().unwrap().to_string()
+    };
+    assert_eq!(next_tool().await, "before_follow");
+    // A record written after it started is printed too.
+    assert_eq!(call(&a, tools_call(2, "after_follow")).await, 200);
+    p.state.audit.flush().await;
+    assert_eq!(next_tool().await, "after_follow");
+}
