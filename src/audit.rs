@@ -157,11 +157,12 @@ async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
     }
 }
 
-/// Hex SHA-256 of a tool call's arguments.
-pub fn arguments_digest(args: &str) -> String {
+/// Hex SHA-256 (tool arguments are digested in canonical form by
+/// [`crate::approvals::arguments_digest`], the same key approvals use).
+pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let d = Sha256::digest(args.as_bytes());
+    let d = Sha256::digest(bytes);
     let mut s = String::with_capacity(64);
     for b in d {
         s.push(char::from(HEX[usize::from(b >> 4)]));

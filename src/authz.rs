@@ -36,27 +36,92 @@ pub struct AuthzRequest<'a> {
     pub time: SystemTime,
 }
 
-/// A decision.
+/// A decision, with its grounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Allowed, by these policies.
-    Allow(Vec<String>),
-    Deny(Denial),
+    Allow(Grounds),
+    /// Allowed once a person approves: an `@ask` policy (or the external
+    /// authorizer) holds it.
+    Ask(Grounds),
+    Deny(Grounds),
 }
 
-/// Why a request was denied: the policies that forbade it (empty: no
-/// policy permits it). Policy ids are the admin's names, never secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Denial {
-    pub policies: Vec<String>,
-}
+impl Verdict {
+    pub fn grounds(&self) -> &Grounds {
+        match self {
+            Verdict::Allow(g) | Verdict::Ask(g) | Verdict::Deny(g) => g,
+        }
+    }
 
-impl std::fmt::Display for Denial {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.policies.is_empty() {
-            f.write_str("no policy permits it")
+    /// "allow", "ask" or "deny", as the audit trail stores it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Allow(_) => "allow",
+            Verdict::Ask(_) => "ask",
+            Verdict::Deny(_) => "deny",
+        }
+    }
+
+    /// How strict a verdict is: combining two verdicts keeps the stricter.
+    fn rank(&self) -> u8 {
+        match self {
+            Verdict::Allow(_) => 0,
+            Verdict::Ask(_) => 1,
+            Verdict::Deny(_) => 2,
+        }
+    }
+
+    /// The stricter of the policies' verdict and a second opinion (the
+    /// external authorizer's). On a tie the second opinion's grounds are
+    /// kept (they carry its reason), so a refusal names who refused.
+    pub fn and(self, other: Verdict) -> Verdict {
+        if other.rank() >= self.rank() {
+            other
         } else {
-            write!(f, "forbidden by policy {}", self.policies.join(", "))
+            self
+        }
+    }
+}
+
+/// Why: the policies that determined a verdict (the permits that allowed
+/// or asked, the forbids that denied; none on a deny means nothing
+/// permitted it), and the external authorizer's reason, if it decided.
+/// Policy ids and the authorizer's reason are the admin's words, never
+/// secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Grounds {
+    pub policies: Vec<String>,
+    pub reason: Option<String>,
+}
+
+impl Grounds {
+    /// The authorizer's reason.
+    pub fn authorizer(reason: impl Into<String>) -> Grounds {
+        Grounds {
+            policies: Vec::new(),
+            reason: Some(reason.into()),
+        }
+    }
+
+    /// One line for the audit trail: policy ids, then the reason.
+    pub fn summary(&self) -> Option<String> {
+        match (self.policies.is_empty(), &self.reason) {
+            (true, None) => None,
+            (false, None) => Some(self.policies.join(", ")),
+            (true, Some(r)) => Some(format!("authorizer: {r}")),
+            (false, Some(r)) => Some(format!("{}; authorizer: {r}", self.policies.join(", "))),
+        }
+    }
+}
+
+/// Shown as why a request was refused.
+impl std::fmt::Display for Grounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.reason, self.policies.is_empty()) {
+            (Some(r), _) => write!(f, "the external authorizer refused it ({r})"),
+            (None, true) => f.write_str("no policy permits it"),
+            (None, false) => write!(f, "forbidden by policy {}", self.policies.join(", ")),
         }
     }
 }
@@ -64,4 +129,48 @@ impl std::fmt::Display for Denial {
 /// A policy decision point.
 pub trait Authorizer: Send + Sync + 'static {
     fn authorize(&self, req: &AuthzRequest<'_>) -> Verdict;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(p: &str) -> Grounds {
+        Grounds {
+            policies: vec![p.into()],
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn the_stricter_verdict_stands() {
+        let (allow, ask, deny) = (
+            Verdict::Allow(g("a")),
+            Verdict::Ask(g("b")),
+            Verdict::Deny(Grounds::authorizer("no")),
+        );
+        assert_eq!(allow.clone().and(deny.clone()), deny);
+        assert_eq!(deny.clone().and(allow.clone()), deny);
+        assert_eq!(ask.clone().and(allow.clone()), ask);
+        assert_eq!(allow.clone().and(ask.clone()), ask);
+        // On a tie, the second opinion's grounds (its reason) are kept.
+        let second = Verdict::Allow(Grounds::authorizer("fine"));
+        assert_eq!(allow.and(second.clone()), second);
+    }
+
+    #[test]
+    fn grounds_read_well() {
+        assert_eq!(Grounds::default().to_string(), "no policy permits it");
+        assert_eq!(g("x").to_string(), "forbidden by policy x");
+        let both = Grounds {
+            policies: vec!["own".into()],
+            reason: Some("late".into()),
+        };
+        assert_eq!(
+            both.to_string(),
+            "the external authorizer refused it (late)"
+        );
+        assert_eq!(both.summary().as_deref(), Some("own; authorizer: late"));
+        assert_eq!(Grounds::default().summary(), None);
+    }
 }

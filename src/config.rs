@@ -12,6 +12,8 @@ use url::Url;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7470";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
+pub const DEFAULT_AUTHORIZER_TIMEOUT_MS: u64 = 2_000;
+pub const DEFAULT_TOOLS_LIST_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// A setting that cannot be used, named by its flag.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -22,6 +24,26 @@ pub enum ConfigError {
     Origin(String),
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    #[error("--authorizer-url {0:?} is not an absolute http(s) URL")]
+    AuthorizerUrl(String),
+    #[error("--authorizer-failure {0:?}: use deny or ask")]
+    AuthorizerFailure(String),
+}
+
+/// What a failed external authorizer (timeout, connection error, non-2xx,
+/// malformed answer) means. Never allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailure {
+    Deny,
+    Ask,
+}
+
+/// The external authorizer consulted after the policies allow or ask.
+#[derive(Debug, Clone)]
+pub struct AuthorizerConfig {
+    pub url: Url,
+    pub timeout: Duration,
+    pub on_failure: OnFailure,
 }
 
 /// The settings `tessera serve` runs with.
@@ -45,6 +67,9 @@ pub struct ServeConfig {
     pub audit_arguments: bool,
     /// Audit records that may wait for the writer before requests wait.
     pub audit_queue: usize,
+    pub authorizer: Option<AuthorizerConfig>,
+    /// The largest `tools/list` answer tessera parses to filter (502 above).
+    pub tools_list_max_bytes: usize,
 }
 
 /// The raw values, as given (flags or environment; clap merged them).
@@ -60,6 +85,10 @@ pub struct RawServe {
     pub refresh_ms: u64,
     pub audit_arguments: bool,
     pub audit_queue: usize,
+    pub authorizer_url: Option<String>,
+    pub authorizer_timeout_ms: u64,
+    pub authorizer_failure: String,
+    pub tools_list_max_bytes: usize,
 }
 
 /// The public URL from the listen address when none was given: an
@@ -122,6 +151,24 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
     if raw.max_body_bytes == 0 {
         return Err(ConfigError::Zero("--max-body-bytes"));
     }
+    if raw.tools_list_max_bytes == 0 {
+        return Err(ConfigError::Zero("--tools-list-max-bytes"));
+    }
+    let authorizer = match raw.authorizer_url.as_deref() {
+        None => None,
+        Some(u) => Some(AuthorizerConfig {
+            url: Url::parse(u)
+                .ok()
+                .filter(|x| matches!(x.scheme(), "http" | "https") && x.host().is_some())
+                .ok_or_else(|| ConfigError::AuthorizerUrl(u.to_string()))?,
+            timeout: ms(raw.authorizer_timeout_ms, "--authorizer-timeout-ms")?,
+            on_failure: match raw.authorizer_failure.as_str() {
+                "deny" => OnFailure::Deny,
+                "ask" => OnFailure::Ask,
+                other => return Err(ConfigError::AuthorizerFailure(other.to_string())),
+            },
+        }),
+    };
     Ok(ServeConfig {
         listen: raw.listen,
         public_url,
@@ -137,6 +184,8 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         } else {
             raw.audit_queue
         },
+        authorizer,
+        tools_list_max_bytes: raw.tools_list_max_bytes,
     })
 }
 
@@ -161,6 +210,10 @@ impl RawServe {
             refresh_ms: 250,
             audit_arguments: false,
             audit_queue: DEFAULT_AUDIT_QUEUE,
+            authorizer_url: None,
+            authorizer_timeout_ms: DEFAULT_AUTHORIZER_TIMEOUT_MS,
+            authorizer_failure: "deny".into(),
+            tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
         }
     }
 }
@@ -210,6 +263,29 @@ mod tests {
         let mut r = raw();
         r.allowed_origins = vec!["https://a/x".into()];
         assert!(matches!(parse_serve(r), Err(ConfigError::Origin(_))));
+    }
+
+    #[test]
+    fn authorizer_settings() {
+        let mut r = raw();
+        r.authorizer_url = Some("http://127.0.0.1:9/authorize".into());
+        r.authorizer_failure = "ask".into();
+        let a = parse_serve(r).unwrap().authorizer.unwrap();
+        assert_eq!(
+            (a.timeout.as_millis(), a.on_failure),
+            (2000, OnFailure::Ask)
+        );
+        let mut r = raw();
+        r.authorizer_url = Some("unix:/run/authz".into());
+        assert!(matches!(parse_serve(r), Err(ConfigError::AuthorizerUrl(_))));
+        let mut r = raw();
+        r.authorizer_url = Some("http://a/".into());
+        r.authorizer_failure = "allow".into();
+        assert_eq!(
+            parse_serve(r).unwrap_err().to_string(),
+            "--authorizer-failure \"allow\": use deny or ask"
+        );
+        assert!(parse_serve(raw()).unwrap().authorizer.is_none());
     }
 
     #[test]

@@ -37,8 +37,22 @@ pub enum ProxyError {
     ToolDenied {
         tool: String,
         connection: String,
-        denial: crate::authz::Denial,
+        denial: crate::authz::Grounds,
     },
+    /// A `tools/call` held for a person's approval (pending, or denied by
+    /// a person): answered as a tool result the model reads.
+    #[error("{}", held_text(tool, connection, approval, *denied))]
+    ToolHeld {
+        tool: String,
+        connection: String,
+        approval: String,
+        denied: bool,
+    },
+    /// Any other request held for approval, or a batch with a held call.
+    #[error("forbidden: {0}")]
+    Held(String),
+    #[error("tessera could not record or check the approval for this call (its database failed); try again shortly")]
+    ApprovalUnavailable,
     #[error("request body too large: the limit is {0} bytes")]
     PayloadTooLarge(usize),
     #[error("parse error: the request body is not valid JSON")]
@@ -62,6 +76,21 @@ pub enum ProxyError {
         "upstream error for credential {credential:?}: the MCP server broke the HTTP exchange"
     )]
     UpstreamProtocol { credential: String },
+    /// A `tools/list` answer that could not be filtered is not passed on.
+    #[error("upstream error for credential {credential:?}: {error}")]
+    ToolsList {
+        credential: String,
+        error: crate::tool_list::ListError,
+    },
+}
+
+/// The model-facing text of a held tool call.
+fn held_text(tool: &str, connection: &str, approval: &str, denied: bool) -> String {
+    if denied {
+        format!("A person denied the call of tool {tool:?} on connection {connection} (approval {approval}). It has not run. Do not retry it; pick another way or ask the user.")
+    } else {
+        format!("tessera is holding the call of tool {tool:?} on connection {connection} for a person's approval (approval {approval}, pending). It has not run. Once a person approves it, retry the same call with the same arguments; a different call needs its own approval.")
+    }
 }
 
 impl ProxyError {
@@ -71,14 +100,16 @@ impl ProxyError {
         match self {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             NotFound => StatusCode::NOT_FOUND,
-            ForbiddenOrigin | ForbiddenHost | Denied(_) => StatusCode::FORBIDDEN,
-            ToolDenied { .. } => StatusCode::OK,
+            ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
+            ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
+            ApprovalUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
-            UpstreamUnreachable { .. } | CredentialRejected { .. } | UpstreamProtocol { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            UpstreamUnreachable { .. }
+            | CredentialRejected { .. }
+            | UpstreamProtocol { .. }
+            | ToolsList { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -92,10 +123,13 @@ impl ProxyError {
             InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed => -32600,
             Unauthorized => -32001,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
+            Held(_) | ToolHeld { .. } => -32005,
+            ApprovalUnavailable => -32012,
             NotFound => -32004,
-            UpstreamUnreachable { .. } | UpstreamProtocol { .. } | CredentialRejected { .. } => {
-                -32010
-            }
+            UpstreamUnreachable { .. }
+            | UpstreamProtocol { .. }
+            | CredentialRejected { .. }
+            | ToolsList { .. } => -32010,
             UpstreamTimeout { .. } => -32011,
         }
     }
@@ -110,6 +144,9 @@ impl ProxyError {
             ForbiddenHost => "host",
             Unauthorized => "unauthenticated",
             Denied(_) | ToolDenied { .. } => "denied",
+            Held(_) | ToolHeld { .. } => "held",
+            ApprovalUnavailable => "approval_unavailable",
+            ToolsList { .. } => "tools_list",
             PayloadTooLarge(_) => "too_large",
             ParseError => "parse",
             InvalidRequest(_) => "invalid",
@@ -126,7 +163,7 @@ impl ProxyError {
     /// needs to act (`Allow`, tessera's own `WWW-Authenticate`).
     pub fn into_response(self, id: Option<&RawValue>) -> Response<ProxyBody> {
         let body = match self {
-            ProxyError::ToolDenied { .. } => serde_json::json!({
+            ProxyError::ToolDenied { .. } | ProxyError::ToolHeld { .. } => serde_json::json!({
                 "jsonrpc": "2.0",
                 "id": id,
                 "result": {

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod approvals;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -31,6 +32,7 @@ pub mod body;
 pub mod config;
 pub mod credentials;
 pub mod error;
+pub mod ext_authz;
 pub mod filter;
 pub mod forward;
 pub mod h1;
@@ -44,3 +46,4 @@ pub mod secrets;
 pub mod server;
 pub mod snapshot;
 pub mod store;
+pub mod tool_list;

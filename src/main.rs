@@ -50,6 +50,10 @@ enum Cmd {
     /// Authorization policies (Cedar).
     #[command(subcommand)]
     Policy(PolicyCmd),
+    /// Calls held for a person's approval by an @ask policy or the
+    /// external authorizer.
+    #[command(subcommand)]
+    Approval(ApprovalCmd),
     /// The audit trail of authorization decisions, oldest first.
     Audit {
         #[arg(long)]
@@ -70,6 +74,32 @@ enum Cmd {
         #[arg(long)]
         follow: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ApprovalCmd {
+    /// Pending approvals, newest first (with --all, granted and denied too).
+    List {
+        #[arg(long)]
+        all: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Allow the held call (same tool, same arguments) to run.
+    Grant {
+        id: String,
+        /// How long the grant lasts: 30s, 10m, 1h, 7d.
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+        /// How many times the call may run within the TTL.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
+        uses: i64,
+    },
+    /// Refuse the held call; the record stays listed (--all).
+    Deny { id: String },
 }
 
 #[derive(Subcommand)]
@@ -142,6 +172,21 @@ struct ServeArgs {
     /// Audit records queued for the writer before requests wait for room.
     #[arg(long, env = "TESSERA_AUDIT_QUEUE", default_value_t = config::DEFAULT_AUDIT_QUEUE)]
     audit_queue: usize,
+    /// An external authorizer, asked after the policies allow or ask: it
+    /// gets a JSON description of the request and answers
+    /// {"decision": "allow"|"deny"|"ask", "reason": "..."}.
+    #[arg(long, env = "TESSERA_AUTHORIZER_URL")]
+    authorizer_url: Option<String>,
+    /// How long to wait for the external authorizer's answer.
+    #[arg(long, env = "TESSERA_AUTHORIZER_TIMEOUT_MS", default_value_t = config::DEFAULT_AUTHORIZER_TIMEOUT_MS)]
+    authorizer_timeout_ms: u64,
+    /// What a failed authorizer (timeout, error, non-2xx, bad answer)
+    /// means: deny, or ask a person. Never allow.
+    #[arg(long, env = "TESSERA_AUTHORIZER_FAILURE", default_value = "deny", value_parser = ["deny", "ask"])]
+    authorizer_failure: String,
+    /// The largest tools/list answer tessera reads to filter it (502 above).
+    #[arg(long, env = "TESSERA_TOOLS_LIST_MAX_BYTES", default_value_t = config::DEFAULT_TOOLS_LIST_MAX_BYTES)]
+    tools_list_max_bytes: usize,
     /// How often the policy folder is checked for changes (SIGHUP reloads
     /// at once).
     #[arg(long, env = "TESSERA_POLICY_CHECK_MS", default_value_t = 1_000)]
@@ -252,6 +297,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Caller(c) => caller(&data_dir, c).await,
         Cmd::Connection(c) => connection(&data_dir, c).await,
         Cmd::Policy(c) => policy(&data_dir, c).await,
+        Cmd::Approval(c) => approval(&data_dir, c).await,
         Cmd::Audit {
             caller,
             connection,
@@ -364,7 +410,12 @@ async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
                 time: std::time::SystemTime::now(),
             };
             let e = p.evaluate(&req);
-            println!("decision: {}", if e.allowed { "allow" } else { "deny" });
+            let decision = match (e.allowed, e.ask) {
+                (true, false) => "allow",
+                (true, true) => "ask (a person approves each call)",
+                (false, _) => "deny",
+            };
+            println!("decision: {decision}");
             println!(
                 "action: {} (caller {caller}, connection {connection}{})",
                 Policies::action_name(&http_method, rpc_method),
@@ -378,6 +429,77 @@ async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
             for err in &e.errors {
                 println!("error: {err}");
             }
+        }
+    }
+    Ok(())
+}
+
+async fn approval(data_dir: &std::path::Path, c: ApprovalCmd) -> Result<()> {
+    use tessera::approvals::now_ms;
+    let store = Store::open_data_dir(data_dir).await?;
+    match c {
+        ApprovalCmd::List { all, json, limit } => {
+            let rows = store.approvals(all, limit.max(1)).await?;
+            if !json {
+                println!(
+                    "{:<15} {:<8} {:<27} {:<16} {:<8} {:<16} {:<20} {:<12} REASON",
+                    "ID", "STATUS", "ASKED", "CALLER", "CONN", "METHOD", "TOOL", "ARGS"
+                );
+            }
+            for a in rows {
+                if json {
+                    println!("{}", serde_json::to_string(&a)?);
+                    continue;
+                }
+                let at = std::time::UNIX_EPOCH + Duration::from_millis(a.created_at.max(0) as u64);
+                let status = match (a.status, a.expires_at, a.uses_left) {
+                    (tessera::approvals::Status::Granted, Some(exp), Some(uses))
+                        if exp <= now_ms() || uses <= 0 =>
+                    {
+                        "spent"
+                    }
+                    (s, _, _) => s.as_str(),
+                };
+                println!(
+                    "{:<15} {:<8} {:<27} {:<16} {:<8} {:<16} {:<20} {:<12} {}",
+                    a.id,
+                    status,
+                    tessera::logging::rfc3339(at),
+                    a.key.caller,
+                    a.key.connection.chars().take(8).collect::<String>(),
+                    a.key.rpc_method,
+                    if a.key.tool.is_empty() {
+                        "-"
+                    } else {
+                        &a.key.tool
+                    },
+                    if a.key.arguments_sha256.is_empty() {
+                        "-"
+                    } else {
+                        &a.key.arguments_sha256[..12]
+                    },
+                    a.reason.as_deref().unwrap_or("-"),
+                );
+            }
+        }
+        ApprovalCmd::Grant { id, ttl, uses } => {
+            let d = tessera::audit::parse_since(&ttl)
+                .filter(|d| !d.is_zero())
+                .with_context(|| {
+                    format!("--ttl {ttl:?}: give a number and a unit: 30s, 10m, 1h, 7d")
+                })?;
+            let now = now_ms();
+            store
+                .grant_approval(&id, now, now + d.as_millis() as i64, uses)
+                .await?;
+            println!(
+                "granted {id}: the same call may run {uses} {} within {ttl}",
+                if uses == 1 { "time" } else { "times" }
+            );
+        }
+        ApprovalCmd::Deny { id } => {
+            store.deny_approval(&id, now_ms()).await?;
+            println!("denied {id}");
         }
     }
     Ok(())
@@ -420,6 +542,10 @@ async fn serve_logged(
         refresh_ms: a.refresh_ms,
         audit_arguments: a.audit_arguments,
         audit_queue: a.audit_queue,
+        authorizer_url: a.authorizer_url,
+        authorizer_timeout_ms: a.authorizer_timeout_ms,
+        authorizer_failure: a.authorizer_failure,
+        tools_list_max_bytes: a.tools_list_max_bytes,
     })?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
     let store = Store::open_data_dir(data_dir).await?;

@@ -25,7 +25,7 @@ use cedar_policy::{
 };
 use miette::Diagnostic;
 
-use crate::authz::{Authorizer, AuthzRequest, Denial, Verdict};
+use crate::authz::{Authorizer, AuthzRequest, Grounds, Verdict};
 use crate::snapshot::{Caller, Connection};
 
 /// The schema and default policy shipped in `policies/`.
@@ -89,6 +89,9 @@ pub struct Policies {
     /// The files read, in order.
     pub files: Vec<String>,
     actions: HashMap<&'static str, EntityUid>,
+    /// The permit policies annotated `@ask`: a request they allow is held
+    /// for a person's approval.
+    asks: HashSet<String>,
     /// The context attributes some policy may read; only these are built
     /// per request (building the whole context was most of a decision's
     /// cost).
@@ -154,6 +157,10 @@ impl std::fmt::Debug for Policies {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evaluation {
     pub allowed: bool,
+    /// Allowed, but one of the permits that allowed it is marked `@ask`:
+    /// a person decides. (When a plain permit and an `@ask` permit both
+    /// apply, the request is asked: the stricter reading wins.)
+    pub ask: bool,
     /// The policies that determined it: the permits that allowed, or the
     /// forbids (and failed policies) that denied. Empty on a deny: nothing
     /// permitted it.
@@ -235,6 +242,7 @@ impl Policies {
         let mut set = PolicySet::new();
         // Which file each policy came from, to place validation errors.
         let mut home: HashMap<PolicyId, usize> = HashMap::new();
+        let mut asks = HashSet::new();
         for (i, (file, text)) in files.iter().enumerate() {
             let parsed = match PolicySet::from_str(text) {
                 Ok(p) => p,
@@ -276,6 +284,18 @@ impl Policies {
                     continue;
                 }
                 home.insert(id.clone(), i);
+                if p.annotation("ask").is_some() {
+                    if p.effect() == cedar_policy::Effect::Forbid {
+                        errors.push(PolicyError::Invalid {
+                            file: file.clone(),
+                            line: line_of(text, "@ask"),
+                            reason: format!(
+                                "policy \"{id}\": @ask applies to permit policies only"
+                            ),
+                        });
+                    }
+                    asks.insert(id.to_string());
+                }
                 if let Err(e) = set.add(p.new_id(id)) {
                     errors.push(PolicyError::Invalid {
                         file: file.clone(),
@@ -317,6 +337,7 @@ impl Policies {
             origin: origin.to_string(),
             files: files.into_iter().map(|(f, _)| f).collect(),
             actions,
+            asks,
             engine: cedar_policy::Authorizer::new(),
         })
     }
@@ -395,6 +416,7 @@ impl Policies {
     fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Evaluation {
         let deny = |why: String| Evaluation {
             allowed: false,
+            ask: false,
             policies: Vec::new(),
             errors: vec![why],
         };
@@ -431,8 +453,10 @@ impl Policies {
         }
         policies.sort();
         policies.dedup();
+        let allowed = resp.decision() == Decision::Allow && errors.is_empty();
         Evaluation {
-            allowed: resp.decision() == Decision::Allow && errors.is_empty(),
+            allowed,
+            ask: allowed && policies.iter().any(|p| self.asks.contains(p)),
             policies,
             errors,
         }
@@ -561,15 +585,17 @@ fn fingerprint(dir: &Path) -> Vec<(std::path::PathBuf, u64, Option<std::time::Sy
 impl Authorizer for CedarAuthorizer {
     fn authorize(&self, req: &AuthzRequest<'_>) -> Verdict {
         let e = self.policies.load().evaluate(req);
-        if e.allowed {
-            Verdict::Allow(e.policies)
-        } else {
-            if !e.errors.is_empty() {
-                tracing::warn!(errors = ?e.errors, "a policy failed to evaluate; denied");
-            }
-            Verdict::Deny(Denial {
-                policies: e.policies,
-            })
+        if !e.errors.is_empty() {
+            tracing::warn!(errors = ?e.errors, "a policy failed to evaluate; denied");
+        }
+        let grounds = Grounds {
+            policies: e.policies,
+            reason: None,
+        };
+        match (e.allowed, e.ask) {
+            (true, false) => Verdict::Allow(grounds),
+            (true, true) => Verdict::Ask(grounds),
+            (false, _) => Verdict::Deny(grounds),
         }
     }
 }
@@ -974,14 +1000,53 @@ mod tests {
     }
 
     #[test]
+    fn ask_for_writes_example() {
+        let p = with_examples(&["ask-for-writes"]);
+        let w = world(&p);
+        let t = monday_at(10);
+        for tool in ["write_file", "create_issue", "send_mail"] {
+            let e = ask(&p, &w, "agent", "c-agent", "tools/call", Some(tool), t);
+            assert!(e.allowed && e.ask, "{tool}");
+            assert!(e.policies.contains(&"ask-for-writes".to_string()));
+        }
+        let e = ask(&p, &w, "agent", "c-agent", "tools/call", Some("search"), t);
+        assert!(e.allowed && !e.ask);
+        // Not on someone else's connection: nothing permits it, no asking.
+        let e = ask(
+            &p,
+            &w,
+            "agent",
+            "c-reader",
+            "tools/call",
+            Some("write_file"),
+            t,
+        );
+        assert!(!e.allowed && !e.ask);
+    }
+
+    #[test]
+    fn ask_on_a_forbid_is_refused() {
+        let errs = errors_of(&[(
+            "a.cedar",
+            "@id(\"x\")\n@ask\nforbid (principal, action, resource);\n",
+        )]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].ends_with("a.cedar:2: policy \"x\": @ask applies to permit policies only"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn every_example_validates_together() {
         let p = with_examples(&[
             "read-only",
             "tool-deny-list",
             "group-one-upstream",
             "business-hours",
+            "ask-for-writes",
         ]);
-        assert_eq!(p.len(), 5);
+        assert_eq!(p.len(), 6);
     }
 
     #[test]

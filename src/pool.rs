@@ -37,7 +37,7 @@ use tower_service::Service;
 use crate::h1;
 
 type H2 = http2::SendRequest<Full<Bytes>>;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// An upstream HTTP/1.1 connection. The TLS state is boxed: it is large, and
 /// a plain connection (an idle stream to a sidecar's upstream) should not
 /// carry its size.

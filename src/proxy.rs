@@ -13,7 +13,8 @@ use http::{header, HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use crate::audit::{arguments_digest, AuditRecord};
+use crate::approvals::{self, arguments_digest, CallKey, Held, Settled};
+use crate::audit::AuditRecord;
 use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::ProxyBody;
@@ -24,6 +25,7 @@ use crate::jsonrpc::peek;
 use crate::policy::Policies;
 use crate::route::route;
 use crate::server::State;
+use crate::tool_list::ToolFilter;
 
 /// What the access log records of one request. Never a secret: the
 /// connection id is shortened, tokens and credential values never enter.
@@ -47,9 +49,12 @@ struct Access {
 /// One decision, kept until the response status is known.
 struct Decided {
     rpc_method: Option<String>,
+    /// The policy action (`tools/call`, `stream/open`, …).
+    action: String,
     tool: Option<String>,
-    allowed: bool,
-    policies: Vec<String>,
+    verdict: Verdict,
+    /// What became of a call held for approval.
+    settled: Option<Settled>,
     arguments_sha256: Option<String>,
     arguments: Option<String>,
 }
@@ -105,11 +110,7 @@ async fn audit(
         .map_or(0, |d| d.as_millis() as i64);
     let duration_us = started.elapsed().as_micros() as i64;
     for d in access.decisions {
-        let reason = if d.policies.is_empty() {
-            (!d.allowed).then(|| "no policy permits it".to_string())
-        } else {
-            Some(d.policies.join(", "))
-        };
+        let (verdict, reason) = d.audited();
         state
             .audit
             .record(AuditRecord {
@@ -120,7 +121,7 @@ async fn audit(
                 http_method: method.as_str().to_string(),
                 rpc_method: d.rpc_method,
                 tool: d.tool,
-                verdict: if d.allowed { "allow" } else { "deny" }.to_string(),
+                verdict: verdict.to_string(),
                 reason,
                 arguments_sha256: d.arguments_sha256,
                 arguments: d.arguments,
@@ -136,7 +137,7 @@ async fn proxy(
     req: Request<Incoming>,
     access: &mut Access,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
 
     // Route first: a wrong method or a path that is not an address is
     // refused before anything is loaded.
@@ -193,18 +194,43 @@ async fn proxy(
         access.tool = first.tool().map(CompactString::from);
     }
     if messages.is_empty() {
-        decide(state, &ask, false, &mut access.decisions)?;
+        let v = verdict(state, &ask).await;
+        access.decisions.push(Decided::new(state, &ask, v));
     }
-    let single = messages.len() == 1;
     for m in messages {
         ask.rpc_method = m.method.as_deref();
         ask.tool = m.tool();
         ask.arguments = m.arguments();
         ask.protocol_version = version_header.or_else(|| m.protocol_version());
-        decide(state, &ask, single, &mut access.decisions)?;
+        let v = verdict(state, &ask).await;
+        access.decisions.push(Decided::new(state, &ask, v));
     }
+    // A tools/list answer is filtered to the tools this caller may call;
+    // so is a GET stream resumed with Last-Event-ID, which may replay one.
+    let lists = messages
+        .iter()
+        .filter(|m| m.method.as_deref() == Some("tools/list"))
+        .count();
+    let resumed = parts.method == http::Method::GET && parts.headers.contains_key("last-event-id");
+    let tool_filter = (lists > 0 || resumed).then(|| {
+        ToolFilter::new(
+            state.authorizer.clone(),
+            state.snapshot.load_full(),
+            caller.clone(),
+            r.connection_id,
+            version_header,
+            ask.origin,
+            state.config.tools_list_max_bytes,
+            if resumed { usize::MAX } else { lists },
+        )
+    });
     drop(peeked);
     drop(snap);
+    enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
+    if tool_filter.is_some() {
+        // The answer is read to be filtered: ask for it uncompressed.
+        parts.headers.remove(header::ACCEPT_ENCODING);
+    }
 
     // Forward: strip, inject, send on the pooled client.
     let uri = upstream_uri(&upstream, r.sub_path, parts.uri.query())?;
@@ -242,49 +268,176 @@ async fn proxy(
     }
     let (mut parts, body) = resp.into_parts();
     filter_response_headers(&mut parts.headers);
-    Ok(Response::from_parts(parts, body.boxed()))
+    let body = match tool_filter {
+        None => body.boxed(),
+        Some(f) => {
+            let filtered = f.apply(parts.status, &mut parts.headers, body);
+            match tokio::time::timeout(state.config.upstream_timeout, filtered).await {
+                Err(_) => {
+                    return Err(ProxyError::UpstreamTimeout {
+                        credential: credential(),
+                    })
+                }
+                Ok(r) => r.map_err(|error| ProxyError::ToolsList {
+                    credential: credential(),
+                    error,
+                })?,
+            }
+        }
+    };
+    Ok(Response::from_parts(parts, body))
 }
 
-/// Ask the authorizer. A refused lone `tools/call` is answered as a tool
-/// result the model can read; anything else refused is a 403.
-fn decide(
+/// The policies' verdict, and the external authorizer's when one is
+/// configured (boxed: its exchange would otherwise make every request's
+/// future larger).
+async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
+    let v = state.authorizer.authorize(ask);
+    match &state.external {
+        Some(ext) => Box::pin(ext.consult(&state.client, ask, v)).await,
+        None => v,
+    }
+}
+
+impl Decided {
+    fn new(state: &State, ask: &AuthzRequest<'_>, verdict: Verdict) -> Decided {
+        Decided {
+            rpc_method: ask.rpc_method.map(str::to_string),
+            action: Policies::action_name(ask.http_method, ask.rpc_method).to_string(),
+            tool: ask.tool.map(str::to_string),
+            verdict,
+            settled: None,
+            arguments_sha256: ask.arguments.map(|a| arguments_digest(Some(a))),
+            arguments: ask
+                .arguments
+                .filter(|_| state.config.audit_arguments)
+                .map(str::to_string),
+        }
+    }
+
+    /// The verdict and its reason as the audit trail records them.
+    fn audited(&self) -> (&'static str, Option<String>) {
+        let grounds = self.verdict.grounds().summary();
+        let with = |s: String| match &grounds {
+            Some(g) => format!("{s}; {g}"),
+            None => s,
+        };
+        match &self.settled {
+            Some(Settled::Granted(id)) => ("allow", Some(with(format!("approval {id} granted")))),
+            Some(Settled::Pending(id)) => ("ask", Some(with(format!("approval {id} pending")))),
+            Some(Settled::Denied(id)) => {
+                ("deny", Some(format!("approval {id} denied by a person")))
+            }
+            None => (
+                self.verdict.name(),
+                grounds.or_else(|| {
+                    matches!(self.verdict, Verdict::Deny(_)).then(|| "no policy permits it".into())
+                }),
+            ),
+        }
+    }
+}
+
+/// Act on the verdicts: any deny refuses the request; calls held for
+/// approval go through only when a person granted each of them. A refused
+/// lone `tools/call` is answered as a tool result the model can read;
+/// anything else refused is a 403.
+async fn enforce(
     state: &State,
-    ask: &AuthzRequest<'_>,
-    single: bool,
-    decided: &mut Vec<Decided>,
+    caller: &crate::snapshot::Caller,
+    connection_id: &str,
+    decided: &mut [Decided],
 ) -> Result<(), ProxyError> {
-    let verdict = state.authorizer.authorize(ask);
-    let (allowed, policies) = match &verdict {
-        Verdict::Allow(p) => (true, p.clone()),
-        Verdict::Deny(d) => (false, d.policies.clone()),
+    let single = decided.len() == 1;
+    let connection = || connection_id.chars().take(8).collect::<String>();
+    if let Some(d) = decided
+        .iter()
+        .find(|d| matches!(d.verdict, Verdict::Deny(_)))
+    {
+        let denial = d.verdict.grounds().clone();
+        return Err(match &d.tool {
+            Some(tool) if single => ProxyError::ToolDenied {
+                tool: tool.clone(),
+                connection: connection(),
+                denial,
+            },
+            _ => ProxyError::Denied(format!(
+                "{} is not allowed for caller {} on connection {}: {denial}",
+                d.action,
+                caller.name,
+                connection(),
+            )),
+        });
+    }
+    let asked: Vec<usize> = (0..decided.len())
+        .filter(|&i| matches!(decided[i].verdict, Verdict::Ask(_)))
+        .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let held: Vec<Held> = asked
+        .iter()
+        .map(|&i| {
+            let d = &decided[i];
+            Held {
+                key: CallKey {
+                    caller: caller.name.clone(),
+                    connection: connection_id.to_string(),
+                    rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.clone()),
+                    tool: d.tool.clone().unwrap_or_default(),
+                    arguments_sha256: d.arguments_sha256.clone().unwrap_or_default(),
+                },
+                arguments: d.arguments.clone(),
+                reason: d.verdict.grounds().summary(),
+            }
+        })
+        .collect();
+    let settled = approvals::settle(&state.store, &held).await.map_err(|e| {
+        tracing::error!(error = %e, "recording an approval request failed");
+        ProxyError::ApprovalUnavailable
+    })?;
+    for (&i, s) in asked.iter().zip(&settled) {
+        decided[i].settled = Some(s.clone());
+    }
+    let Some(first) = asked
+        .iter()
+        .zip(&settled)
+        .find(|(_, s)| !matches!(s, Settled::Granted(_)))
+    else {
+        return Ok(());
     };
-    decided.push(Decided {
-        rpc_method: ask.rpc_method.map(str::to_string),
-        tool: ask.tool.map(str::to_string),
-        allowed,
-        policies,
-        arguments_sha256: ask.arguments.map(arguments_digest),
-        arguments: ask
-            .arguments
-            .filter(|_| state.config.audit_arguments)
-            .map(str::to_string),
-    });
-    let denial = match verdict {
-        Verdict::Allow(_) => return Ok(()),
-        Verdict::Deny(d) => d,
-    };
-    let connection: String = ask.connection_id.chars().take(8).collect();
-    Err(match ask.tool {
-        Some(tool) if single => ProxyError::ToolDenied {
-            tool: tool.to_string(),
-            connection,
-            denial,
+    let (&i, s) = first;
+    let denied = matches!(s, Settled::Denied(_));
+    Err(match &decided[i].tool {
+        Some(tool) if single => ProxyError::ToolHeld {
+            tool: tool.clone(),
+            connection: connection(),
+            approval: s.id().to_string(),
+            denied,
         },
-        _ => ProxyError::Denied(format!(
-            "{} is not allowed for caller {} on connection {connection}: {denial}",
-            Policies::action_name(ask.http_method, ask.rpc_method),
-            ask.caller.name,
-        )),
+        _ => {
+            let ids: Vec<&str> = settled
+                .iter()
+                .filter(|s| !matches!(s, Settled::Granted(_)))
+                .map(Settled::id)
+                .collect();
+            ProxyError::Held(format!(
+                "{} on connection {} needs a person's approval ({} {}); it has not run. {}",
+                decided[i].action,
+                connection(),
+                if ids.len() == 1 {
+                    "approval"
+                } else {
+                    "approvals"
+                },
+                ids.join(", "),
+                if denied {
+                    "A person denied it: do not retry it."
+                } else {
+                    "Retry the same request once a person approves."
+                },
+            ))
+        }
     })
 }
 

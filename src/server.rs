@@ -30,6 +30,11 @@ pub struct State {
     pub client: UpstreamClient,
     /// The audit trail's queue.
     pub audit: Audit,
+    /// The external authorizer, when `--authorizer-url` is set.
+    pub external: Option<crate::ext_authz::ExternalAuthorizer>,
+    /// The store: read on the request path only for calls held for
+    /// approval.
+    pub store: Store,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
 }
@@ -48,7 +53,7 @@ impl State {
         let (audit, _writer) = Audit::start(store.clone(), config.audit_queue);
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let refresher = tokio::spawn(refresh_loop(
-            store,
+            store.clone(),
             key,
             authorizer.clone(),
             shared.clone(),
@@ -63,6 +68,11 @@ impl State {
             client: client(config.connect_timeout, config.idle_timeout),
             authorizer,
             audit,
+            external: config
+                .authorizer
+                .clone()
+                .map(crate::ext_authz::ExternalAuthorizer::new),
+            store,
             snapshot: shared,
             public_host,
             config,

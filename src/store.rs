@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 
+use crate::approvals::{Approval, CallKey, NewApproval, Status};
 use crate::audit::{AuditQuery, AuditRecord};
 use crate::credentials::Scheme;
 
@@ -29,6 +30,8 @@ pub enum StoreError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{what}")]
+    Unchanged { what: String },
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
     #[error("applying migrations: {0}")]
@@ -367,6 +370,183 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// The open record of a call: a pending request, or a denial (which
+    /// stands). `None`: the call needs a new request.
+    pub async fn open_approval(&self, k: &CallKey) -> Result<Option<(String, Status)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, status FROM approvals \
+             WHERE caller = ? AND connection = ? AND rpc_method = ? AND tool = ? \
+               AND arguments_sha256 = ? AND status IN ('pending', 'denied') \
+             ORDER BY created_at DESC, id LIMIT 1",
+        )
+        .bind(&k.caller)
+        .bind(&k.connection)
+        .bind(&k.rpc_method)
+        .bind(&k.tool)
+        .bind(&k.arguments_sha256)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            let status: String = r.try_get("status")?;
+            Ok((r.try_get("id")?, Status::parse(&status)?))
+        })
+        .transpose()
+    }
+
+    /// A grant for this call that is still in force at `now_ms`.
+    pub async fn live_grant(&self, k: &CallKey, now_ms: i64) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM approvals \
+             WHERE caller = ? AND connection = ? AND rpc_method = ? AND tool = ? \
+               AND arguments_sha256 = ? AND status = 'granted' \
+               AND expires_at > ? AND uses_left > 0 \
+             ORDER BY expires_at, id LIMIT 1",
+        )
+        .bind(&k.caller)
+        .bind(&k.connection)
+        .bind(&k.rpc_method)
+        .bind(&k.tool)
+        .bind(&k.arguments_sha256)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Use a grant once. False when it was used up or expired meanwhile
+    /// (by a concurrent request): the call is then not granted.
+    pub async fn take_grant(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE approvals SET uses_left = uses_left - 1 \
+             WHERE id = ? AND status = 'granted' AND expires_at > ? AND uses_left > 0",
+        )
+        .bind(id)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Record a pending request for a call, or return the one a concurrent
+    /// request recorded first (one pending request per call).
+    pub async fn add_approval(&self, a: &NewApproval) -> Result<String, StoreError> {
+        let r = sqlx::query(
+            "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
+             arguments_sha256, arguments, reason, status) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
+        )
+        .bind(&a.id)
+        .bind(a.created_at)
+        .bind(&a.key.caller)
+        .bind(&a.key.connection)
+        .bind(&a.key.rpc_method)
+        .bind(&a.key.tool)
+        .bind(&a.key.arguments_sha256)
+        .bind(&a.arguments)
+        .bind(&a.reason)
+        .execute(&self.pool)
+        .await;
+        match r {
+            Ok(_) => Ok(a.id.clone()),
+            Err(e) if unique_violation(&e) => match self.open_approval(&a.key).await? {
+                Some((id, _)) => Ok(id),
+                None => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Approvals, newest first: pending ones only, or all.
+    pub async fn approvals(&self, all: bool, limit: i64) -> Result<Vec<Approval>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM approvals WHERE ?1 OR status = 'pending' \
+             ORDER BY created_at DESC, id LIMIT ?2",
+        )
+        .bind(all)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let status: String = r.try_get("status")?;
+                Ok(Approval {
+                    id: r.try_get("id")?,
+                    created_at: r.try_get("created_at")?,
+                    key: CallKey {
+                        caller: r.try_get("caller")?,
+                        connection: r.try_get("connection")?,
+                        rpc_method: r.try_get("rpc_method")?,
+                        tool: r.try_get("tool")?,
+                        arguments_sha256: r.try_get("arguments_sha256")?,
+                    },
+                    arguments: r.try_get("arguments")?,
+                    reason: r.try_get("reason")?,
+                    status: Status::parse(&status)?,
+                    decided_at: r.try_get("decided_at")?,
+                    expires_at: r.try_get("expires_at")?,
+                    uses_left: r.try_get("uses_left")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Grant a pending (or denied) approval: its call is allowed `uses`
+    /// times until `expires_at`.
+    pub async fn grant_approval(
+        &self,
+        id: &str,
+        now_ms: i64,
+        expires_at: i64,
+        uses: i64,
+    ) -> Result<(), StoreError> {
+        self.decide_approval(id, Status::Granted, now_ms, Some(expires_at), Some(uses))
+            .await
+    }
+
+    /// Deny an approval (pending, or a grant not used up: that ends it).
+    pub async fn deny_approval(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.decide_approval(id, Status::Denied, now_ms, None, None)
+            .await
+    }
+
+    async fn decide_approval(
+        &self,
+        id: &str,
+        to: Status,
+        now_ms: i64,
+        expires_at: Option<i64>,
+        uses: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let r = sqlx::query(
+            "UPDATE approvals SET status = ?, decided_at = ?, expires_at = ?, uses_left = ? \
+             WHERE id = ? AND status != ?",
+        )
+        .bind(to.as_str())
+        .bind(now_ms)
+        .bind(expires_at)
+        .bind(uses)
+        .bind(id)
+        .bind(to.as_str())
+        .execute(&self.pool)
+        .await?;
+        if r.rows_affected() == 1 {
+            return Ok(());
+        }
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT status FROM approvals WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Err(match exists {
+            None => StoreError::NotFound {
+                kind: "approval",
+                name: id.to_string(),
+            },
+            Some(_) => StoreError::Unchanged {
+                what: format!("approval {id} is already {}", to.as_str()),
+            },
+        })
     }
 
     /// Allocate a connection for a live caller on a credential.

@@ -2,30 +2,9 @@
 //! the policies behind it, nothing secret in it, nothing lost when the
 //! queue is full.
 
-use tessera::audit::{arguments_digest, AuditQuery, AuditRecord};
+use tessera::approvals::arguments_digest;
 
 use crate::support::*;
-
-async fn rows(p: &Proxy) -> Vec<AuditRecord> {
-    p.state.audit.flush().await;
-    p.store()
-        .audit(&AuditQuery {
-            limit: 1000,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-}
-
-fn with_deny_list() -> tessera::policy::Policies {
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
-    for f in ["default.cedar", "examples/tool-deny-list.cedar"] {
-        let name = std::path::Path::new(f).file_name().unwrap();
-        std::fs::copy(root.join(f), dir.path().join(name)).unwrap();
-    }
-    tessera::policy::Policies::load_dir(dir.path()).unwrap()
-}
 
 async fn call(a: &Agent, body: String) -> u16 {
     client()
@@ -43,7 +22,8 @@ async fn call(a: &Agent, body: String) -> u16 {
 #[tokio::test]
 async fn every_decision_is_audited_and_nothing_secret() {
     let up = Upstream::start().await;
-    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, with_deny_list()).await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     let conn = a.url.rsplit('/').next().unwrap().to_string();
     let args = r#"{"repo":"octo/x","token_in_args":"not a tessera secret"}"#;
@@ -71,9 +51,9 @@ async fn every_decision_is_audited_and_nothing_secret() {
         .unwrap();
     assert_eq!(wrong.status(), 401);
 
-    let r = rows(&p).await;
+    let r = audit_rows(&p).await;
     assert_eq!(r.len(), 3, "{r:#?}");
-    let digest = arguments_digest(args);
+    let digest = arguments_digest(Some(args));
     let allowed = &r[0];
     assert_eq!(
         (
@@ -120,7 +100,7 @@ async fn arguments_are_kept_when_asked() {
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"q":[1,2]}}}"#;
     assert_eq!(call(&a, body.to_string()).await, 200);
-    let r = rows(&p).await;
+    let r = audit_rows(&p).await;
     assert_eq!(r[0].arguments.as_deref(), Some(r#"{"q":[1,2]}"#));
 }
 
@@ -132,7 +112,7 @@ async fn a_full_queue_makes_requests_wait_and_loses_nothing() {
     let calls = (0..60).map(|i| call(&a, tools_call(i, "t")));
     let statuses = futures_util::future::join_all(calls).await;
     assert!(statuses.iter().all(|s| *s == 200));
-    let r = rows(&p).await;
+    let r = audit_rows(&p).await;
     assert_eq!(r.len(), 60, "audit records were lost");
     let mut ids: Vec<_> = r.iter().map(|x| x.id).collect();
     ids.dedup();

@@ -1,8 +1,10 @@
 //! tessera's integration tests, compiled as one binary: real sockets, a
 //! real upstream, the real data plane and the real CLI.
 
+mod approvals;
 mod audit;
 mod cli;
+mod ext_authz;
 mod forwarding;
 mod policies;
 mod pool;
@@ -10,3 +12,4 @@ mod refusals;
 mod rmcp_peers;
 mod sse;
 mod support;
+mod tool_list;

@@ -25,19 +25,6 @@ fn policy_dir() -> tempfile::TempDir {
     dir
 }
 
-async fn post(a: &Agent, body: String) -> (u16, serde_json::Value) {
-    let r = client()
-        .post(&a.url)
-        .bearer_auth(&a.token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
-}
-
 #[tokio::test]
 async fn policy_refusals_never_reach_the_upstream() {
     let up = Upstream::start().await;
@@ -47,7 +34,7 @@ async fn policy_refusals_never_reach_the_upstream() {
     let conn8: String = a.url.rsplit('/').next().unwrap().chars().take(8).collect();
 
     // A forbidden tool: 200, a tool result with isError the model can read.
-    let (s, v) = post(&a, tools_call(9, "delete_repo")).await;
+    let (s, v) = post_json(&a, tools_call(9, "delete_repo")).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["id"], 9);
     assert_eq!(v["result"]["isError"], true);
@@ -58,7 +45,7 @@ async fn policy_refusals_never_reach_the_upstream() {
 
     // Another forbidden method: 403 with a JSON-RPC error naming the policy.
     let prompts = r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"p"}}"#;
-    let (s, v) = post(&a, prompts.to_string()).await;
+    let (s, v) = post_json(&a, prompts.to_string()).await;
     assert_eq!((s, v["error"]["code"].as_i64()), (403, Some(-32003)), "{v}");
     assert_eq!(v["id"], 3);
     let msg = v["error"]["message"].as_str().unwrap();
@@ -72,7 +59,7 @@ async fn policy_refusals_never_reach_the_upstream() {
         "[{},{}]",
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, prompts
     );
-    let (s, _) = post(&a, batch).await;
+    let (s, _) = post_json(&a, batch).await;
     assert_eq!(s, 403);
     // A batch holding a forbidden tool call is refused whole too, as a 403:
     // there is no single call to answer with a tool result.
@@ -81,7 +68,7 @@ async fn policy_refusals_never_reach_the_upstream() {
         tools_call(1, "ok_tool"),
         tools_call(2, "drop_db")
     );
-    let (s, _) = post(&a, batch).await;
+    let (s, _) = post_json(&a, batch).await;
     assert_eq!(s, 403);
 
     assert!(
@@ -90,7 +77,7 @@ async fn policy_refusals_never_reach_the_upstream() {
     );
 
     // What the policies allow still goes through.
-    let (s, v) = post(&a, tools_call(4, "update_issue")).await;
+    let (s, v) = post_json(&a, tools_call(4, "update_issue")).await;
     assert_eq!(s, 200);
     assert_eq!(v["result"]["echo"], "tools/call");
     assert_eq!(up.seen().len(), 1);
@@ -241,7 +228,7 @@ async fn edited_policies_are_reloaded_and_a_broken_edit_keeps_the_last_good_set(
         futures_util::stream::pending(),
     ));
     let list = || r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string();
-    assert_eq!(post(&a, list()).await.0, 200);
+    assert_eq!(post_json(&a, list()).await.0, 200);
 
     // Files appear whole (written aside, then renamed), as an editor or a
     // deployment would place them; the watcher never sees half a file.
@@ -258,7 +245,7 @@ async fn edited_policies_are_reloaded_and_a_broken_edit_keeps_the_last_good_set(
     );
     let r = next_reload(&mut rx).await;
     assert_eq!((r.generation, r.last_error), (1, None));
-    let (s, v) = post(&a, list()).await;
+    let (s, v) = post_json(&a, list()).await;
     assert_eq!(s, 403);
     assert!(v["error"]["message"].as_str().unwrap().contains("no-list"));
 
@@ -277,18 +264,18 @@ async fn edited_policies_are_reloaded_and_a_broken_edit_keeps_the_last_good_set(
         "{r:?}"
     );
     assert_eq!(
-        post(&a, list()).await.0,
+        post_json(&a, list()).await.0,
         403,
         "the last good set is in force"
     );
-    assert_eq!(post(&a, tools_call(2, "update_issue")).await.0, 200);
+    assert_eq!(post_json(&a, tools_call(2, "update_issue")).await.0, 200);
 
     // Removing the broken file reloads again, with the good edit in force.
     std::fs::remove_file(pol.path().join("broken.cedar")).unwrap();
     let r = next_reload(&mut rx).await;
     assert_eq!((r.generation, r.last_error), (2, None));
-    assert_eq!(post(&a, list()).await.0, 403);
-    assert_eq!(post(&a, tools_call(3, "update_issue")).await.0, 200);
+    assert_eq!(post_json(&a, list()).await.0, 403);
+    assert_eq!(post_json(&a, tools_call(3, "update_issue")).await.0, 200);
 }
 
 #[cfg(unix)]
@@ -315,7 +302,7 @@ async fn sighup_reloads_the_policies_of_a_running_serve() {
     ];
     let mut served = Served::start(d, port, &args, &[]).await;
     let list = || r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string();
-    assert_eq!(post(&a, list()).await.0, 200);
+    assert_eq!(post_json(&a, list()).await.0, 200);
     std::fs::write(
         pol.path().join("no-list.cedar"),
         "@id(\"no-list\")\nforbid (principal, action == Action::\"tools/list\", resource);\n",
@@ -323,7 +310,7 @@ async fn sighup_reloads_the_policies_of_a_running_serve() {
     .unwrap();
     served.signal("HUP");
     served.wait_for("policies reloaded").await;
-    assert_eq!(post(&a, list()).await.0, 403);
+    assert_eq!(post_json(&a, list()).await.0, 403);
     assert!(
         served.child.try_wait().unwrap().is_none(),
         "SIGHUP ended serve"

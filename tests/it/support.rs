@@ -41,7 +41,12 @@ pub struct Seen {
 /// - `/hang`: never answers;
 /// - `/redirect`: a 302 to another origin;
 /// - `/sse`: an event stream fed by the test through `sse_sender()`;
-/// - `/close`: a normal answer, then the connection is closed.
+/// - `/close`: a normal answer, then the connection is closed;
+/// - `/sse-tools`: a `tools/list` answered over SSE (a comment, a progress
+///   notification, then the result split over two `data:` lines), sent in
+///   7-byte pieces so events straddle frames.
+///
+/// Anywhere else a `tools/list` is answered with [`TOOLS`] and a cursor.
 pub struct Upstream {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -52,6 +57,17 @@ pub struct Upstream {
 }
 
 type UpBody = BoxBody<Bytes, Infallible>;
+
+/// The tools the upstream lists.
+pub const TOOLS: [&str; 4] = ["search", "delete_repo", "drop_table", "read_file"];
+
+fn tools_result(id: &serde_json::Value) -> serde_json::Value {
+    let tools: Vec<_> = TOOLS
+        .iter()
+        .map(|n| serde_json::json!({"name": n, "inputSchema": {"type": "object"}}))
+        .collect();
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools, "nextCursor": "c2"}})
+}
 
 impl Upstream {
     pub async fn start() -> Upstream {
@@ -169,6 +185,25 @@ async fn answer(
             .status(StatusCode::FOUND)
             .header("location", "http://elsewhere.example/steal")
             .body(full(String::new())),
+        "/sse-tools" => {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let result = tools_result(&v["id"]).to_string();
+            let (head, tail) = result.split_at(result.find("\"result\"").unwrap());
+            let progress = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
+            let text = format!(
+                ": keep-alive\n\nevent: message\r\ndata: {progress}\r\n\r\nid: 7\ndata: {head}\ndata: {tail}\n\n"
+            );
+            let pieces: Vec<Result<Frame<Bytes>, Infallible>> = text
+                .as_bytes()
+                .chunks(7)
+                .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                .collect();
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                    pieces,
+                ))))
+        }
         "/sse" => {
             let (tx, rx) = mpsc::channel::<Bytes>(8);
             *sse.lock().unwrap() = Some(tx);
@@ -185,10 +220,21 @@ async fn answer(
         }
         _ => {
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let reply = serde_json::json!({
-                "jsonrpc": "2.0", "id": v["id"],
-                "result": { "echo": v["method"], "path": path },
-            });
+            let one = |v: &serde_json::Value| {
+                if v["method"] == "tools/list" {
+                    tools_result(&v["id"])
+                } else {
+                    serde_json::json!({
+                        "jsonrpc": "2.0", "id": v["id"],
+                        "result": { "echo": v["method"], "path": path },
+                    })
+                }
+            };
+            // A batch gets an array of answers.
+            let reply = match &v {
+                serde_json::Value::Array(batch) => batch.iter().map(one).collect(),
+                v => one(v),
+            };
             Response::builder()
                 .header("content-type", "application/json")
                 .header("set-cookie", "upstream_session=1")
@@ -490,4 +536,43 @@ pub fn assert_no_plaintext(dir: &std::path::Path, needles: &[&str]) {
             );
         }
     }
+}
+
+/// The shipped default policy plus the named files of `policies/examples/`
+/// (without `.cedar`), loaded the way `serve --policies` does.
+pub fn policies_with(examples: &[&str]) -> tessera::policy::Policies {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    std::fs::copy(root.join("default.cedar"), dir.path().join("default.cedar")).unwrap();
+    for n in examples {
+        let f = format!("{n}.cedar");
+        std::fs::copy(root.join("examples").join(&f), dir.path().join(&f)).unwrap();
+    }
+    tessera::policy::Policies::load_dir(dir.path()).unwrap()
+}
+
+/// Every audit record written so far, oldest first (the queue flushed).
+pub async fn audit_rows(p: &Proxy) -> Vec<tessera::audit::AuditRecord> {
+    p.state.audit.flush().await;
+    p.store()
+        .audit(&tessera::audit::AuditQuery {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// POST a JSON-RPC body as the agent; the status and the JSON answer.
+pub async fn post_json(a: &Agent, body: String) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
 }

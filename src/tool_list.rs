@@ -1,0 +1,388 @@
+//! Filter (body): a `tools/list` answer lists only the tools this caller
+//! may call on this connection.
+//!
+//! Each listed tool is checked as a `tools/call` of that name by the
+//! policies (no arguments: a tool a policy would refuse for every call
+//! disappears; one an `@ask` policy holds stays listed, since a person may
+//! grant it). The external authorizer is not asked per listed tool: it
+//! still decides each call.
+//!
+//! Only answers to a `tools/list` request are parsed (and a GET stream
+//! resumed with `Last-Event-ID`, which may replay one); every other
+//! response streams through untouched. A JSON answer is read whole, up to
+//! a configured size; an SSE answer is rewritten event by event, holding at
+//! most one event of that size, and passes through untouched once the
+//! expected answers went by. Anything that would have to be passed on
+//! unfiltered (too large, unreadable, compressed) is refused instead.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderValue, Method};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Limited};
+use serde_json::Value;
+
+use crate::authz::{Authorizer, AuthzRequest, Verdict};
+use crate::body::{full, ProxyBody};
+use crate::policy::CedarAuthorizer;
+use crate::pool::BoxError;
+use crate::snapshot::{Caller, Snapshot};
+
+/// Why a `tools/list` answer could not be filtered.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListError {
+    #[error("the upstream's tools/list answer is larger than tessera's limit of {0} bytes (--tools-list-max-bytes)")]
+    TooLarge(usize),
+    #[error("the upstream's tools/list answer is not JSON tessera can read")]
+    Unreadable,
+    #[error(
+        "the upstream's tools/list answer is compressed ({0}); tessera must read it to filter it"
+    )]
+    Encoded(String),
+    #[error("the upstream's tools/list answer has content type {0:?}, neither JSON nor SSE")]
+    ContentType(String),
+    #[error("reading the upstream's tools/list answer failed")]
+    Body,
+}
+
+/// Who is listing: what a per-tool decision needs.
+pub struct ToolFilter {
+    authorizer: Arc<CedarAuthorizer>,
+    snapshot: Arc<Snapshot>,
+    caller: Arc<Caller>,
+    connection_id: String,
+    protocol_version: Option<String>,
+    origin: Option<String>,
+    time: SystemTime,
+    max_bytes: usize,
+    /// `tools/list` answers still expected (`usize::MAX`: unknown).
+    expected: usize,
+}
+
+impl ToolFilter {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        authorizer: Arc<CedarAuthorizer>,
+        snapshot: Arc<Snapshot>,
+        caller: Arc<Caller>,
+        connection_id: &str,
+        protocol_version: Option<&str>,
+        origin: Option<&str>,
+        max_bytes: usize,
+        expected: usize,
+    ) -> ToolFilter {
+        ToolFilter {
+            authorizer,
+            snapshot,
+            caller,
+            connection_id: connection_id.to_string(),
+            protocol_version: protocol_version.map(str::to_string),
+            origin: origin.map(str::to_string),
+            time: SystemTime::now(),
+            max_bytes,
+            expected,
+        }
+    }
+
+    /// Whether this caller may (or may ask to) call `tool`.
+    fn allows(&self, tool: &str) -> bool {
+        let Some(connection) = self.snapshot.connections.get(&self.connection_id) else {
+            return false;
+        };
+        let req = AuthzRequest {
+            caller: &self.caller,
+            connection_id: &self.connection_id,
+            connection,
+            entities: &self.snapshot.entities,
+            revision: self.snapshot.revision,
+            http_method: &Method::POST,
+            rpc_method: Some("tools/call"),
+            tool: Some(tool),
+            arguments: None,
+            protocol_version: self.protocol_version.as_deref(),
+            origin: self.origin.as_deref(),
+            time: self.time,
+        };
+        !matches!(self.authorizer.authorize(&req), Verdict::Deny(_))
+    }
+
+    /// Filter the tools of every JSON-RPC result in `v` (one message or a
+    /// batch) that lists tools. Returns how many such results it saw.
+    fn filter_value(&self, v: &mut Value) -> usize {
+        match v {
+            Value::Array(items) => items.iter_mut().map(|m| self.filter_value(m)).sum(),
+            Value::Object(m) => {
+                let Some(Value::Array(tools)) = m
+                    .get_mut("result")
+                    .and_then(|r| r.as_object_mut())
+                    .and_then(|r| r.get_mut("tools"))
+                else {
+                    return 0;
+                };
+                // A tool without a string name cannot be checked: it goes.
+                tools.retain(|t| {
+                    t.get("name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| self.allows(n))
+                });
+                1
+            }
+            _ => 0,
+        }
+    }
+
+    /// Rewrite one JSON text. `Ok(None)`: it lists no tools, pass it as is.
+    fn rewrite(&mut self, json: &[u8]) -> Result<Option<Vec<u8>>, ListError> {
+        let mut v: Value = serde_json::from_slice(json).map_err(|_| ListError::Unreadable)?;
+        let seen = self.filter_value(&mut v);
+        if seen == 0 {
+            return Ok(None);
+        }
+        self.expected = self.expected.saturating_sub(seen);
+        Ok(Some(
+            serde_json::to_vec(&v).expect("a JSON value serializes"),
+        ))
+    }
+
+    /// Filter an answer: a JSON body is read (bounded) and rewritten; an
+    /// SSE body is wrapped to be rewritten event by event. Error statuses
+    /// (no tools in them) pass through.
+    pub async fn apply<B>(
+        mut self,
+        status: http::StatusCode,
+        headers: &mut HeaderMap,
+        body: B,
+    ) -> Result<ProxyBody, ListError>
+    where
+        B: Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        if !status.is_success() {
+            return Ok(body.map_err(Into::into).boxed());
+        }
+        if let Some(enc) = headers
+            .get(header::CONTENT_ENCODING)
+            .filter(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
+        {
+            return Err(ListError::Encoded(
+                String::from_utf8_lossy(enc.as_bytes()).into_owned(),
+            ));
+        }
+        let ctype = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let essence = ctype.split(';').next().unwrap_or("").trim();
+        headers.remove(header::CONTENT_LENGTH);
+        match essence {
+            "text/event-stream" => Ok(Sse::new(body, self).boxed()),
+            "application/json" => {
+                let max = self.max_bytes;
+                let bytes = Limited::new(body, max)
+                    .collect()
+                    .await
+                    .map_err(|e| {
+                        if e.is::<http_body_util::LengthLimitError>() {
+                            ListError::TooLarge(max)
+                        } else {
+                            ListError::Body
+                        }
+                    })?
+                    .to_bytes();
+                let out = match self.rewrite(&bytes)? {
+                    Some(v) => Bytes::from(v),
+                    None => bytes,
+                };
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));
+                Ok(full(out))
+            }
+            // A 202 with no body (nothing listed) is fine; a body of
+            // another type is not something tessera can vouch for.
+            _ if status == http::StatusCode::ACCEPTED => Ok(body.map_err(Into::into).boxed()),
+            other => Err(ListError::ContentType(other.to_string())),
+        }
+    }
+}
+
+/// An SSE body rewritten event by event.
+struct Sse<B> {
+    inner: B,
+    buf: BytesMut,
+    filter: ToolFilter,
+    done: bool,
+}
+
+impl<B> Sse<B> {
+    fn new(inner: B, filter: ToolFilter) -> Self {
+        Sse {
+            inner,
+            buf: BytesMut::new(),
+            filter,
+            done: false,
+        }
+    }
+}
+
+/// The end of the first complete event in `b` (after its blank line).
+fn event_end(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i < b.len() {
+        let eol = match b[i] {
+            b'\n' => 1,
+            // A \r at the end may still become \r\n.
+            b'\r' if i + 1 == b.len() => return None,
+            b'\r' if b[i + 1] == b'\n' => 2,
+            b'\r' => 1,
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let next = i + eol;
+        match (b.get(next), b.get(next + 1)) {
+            (Some(b'\n'), _) => return Some(next + 1),
+            (Some(b'\r'), Some(b'\n')) => return Some(next + 2),
+            (Some(b'\r'), Some(_)) => return Some(next + 1),
+            (Some(b'\r'), None) | (None, _) => return None,
+            _ => i = next,
+        }
+    }
+    None
+}
+
+/// Rewrite one event: its data lines, joined, are one JSON text; a
+/// rewritten one becomes a single `data:` line where the first was.
+fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, ListError> {
+    let text = match std::str::from_utf8(event) {
+        Ok(t) => t,
+        Err(_) => return Ok(None),
+    };
+    let lines: Vec<&str> = text
+        .split('\n')
+        .flat_map(|l| l.split('\r'))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let data: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("data"))
+        .filter_map(|rest| match rest.strip_prefix(':') {
+            Some(v) => Some(v.strip_prefix(' ').unwrap_or(v)),
+            None if rest.is_empty() => Some(""),
+            None => None,
+        })
+        .collect();
+    if data.is_empty() {
+        return Ok(None);
+    }
+    let json = data.join("\n");
+    // An event whose data is not JSON is not a JSON-RPC message: pass it.
+    let Some(new) = f.rewrite(json.as_bytes()).or_else(|e| match e {
+        ListError::Unreadable => Ok(None),
+        e => Err(e),
+    })?
+    else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(event.len());
+    let mut wrote = false;
+    for l in lines {
+        if l == "data" || l.starts_with("data:") {
+            if !wrote {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(&new);
+                out.push(b'\n');
+                wrote = true;
+            }
+        } else {
+            out.extend_from_slice(l.as_bytes());
+            out.push(b'\n');
+        }
+    }
+    out.push(b'\n');
+    Ok(Some(out))
+}
+
+impl<B> Body for Sse<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            // Every expected answer went by: the rest streams untouched.
+            if this.filter.expected == 0 && !this.buf.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))));
+            }
+            if this.filter.expected > 0 {
+                if let Some(end) = event_end(&this.buf) {
+                    let event = this.buf.split_to(end).freeze();
+                    let out = match rewrite_event(&event, &mut this.filter) {
+                        Ok(Some(v)) => Bytes::from(v),
+                        Ok(None) => event,
+                        Err(e) => return Poll::Ready(Some(Err(e.into()))),
+                    };
+                    return Poll::Ready(Some(Ok(Frame::data(out))));
+                }
+            }
+            if this.done {
+                if this.buf.is_empty() {
+                    return Poll::Ready(None);
+                }
+                // An unterminated last event: clients drop it, but filter
+                // it anyway rather than pass tools through.
+                let event = this.buf.split().freeze();
+                let out = match rewrite_event(&event, &mut this.filter) {
+                    Ok(Some(v)) => Bytes::from(v),
+                    Ok(None) => event,
+                    Err(e) => return Poll::Ready(Some(Err(e.into()))),
+                };
+                return Poll::Ready(Some(Ok(Frame::data(out))));
+            }
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                None => this.done = true,
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if this.filter.expected == 0 && this.buf.is_empty() => {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    Ok(data) => {
+                        if this.buf.len() + data.len() > this.filter.max_bytes {
+                            let max = this.filter.max_bytes;
+                            return Poll::Ready(Some(Err(ListError::TooLarge(max).into())));
+                        }
+                        this.buf.extend_from_slice(&data);
+                    }
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_boundaries() {
+        assert_eq!(event_end(b"data: x\n\nrest"), Some(9));
+        assert_eq!(event_end(b"data: x\r\n\r\nrest"), Some(11));
+        assert_eq!(event_end(b"data: x\r\rrest"), Some(9));
+        assert_eq!(event_end(b"data: x\n"), None);
+        assert_eq!(event_end(b"data: x\r\n\r"), None);
+        assert_eq!(event_end(b"data: x\r"), None);
+        assert_eq!(event_end(b"id: 1\ndata: x\n\n"), Some(15));
+    }
+}

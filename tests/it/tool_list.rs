@@ -1,0 +1,166 @@
+//! tools/list filtering: the model sees only the tools the policies let
+//! this caller call, on JSON and on SSE answers; other answers pass
+//! untouched; an answer too large to filter is refused, not passed on.
+
+use crate::support::*;
+
+const LIST: &str = r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{}}"#;
+
+async fn list(a: &Agent, body: &str) -> reqwest::Response {
+    client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("accept-encoding", "gzip, br")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+fn names(result: &serde_json::Value) -> Vec<&str> {
+    result["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn json_answer_lists_only_allowed_tools() {
+    let up = Upstream::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+
+    let r = list(&a, LIST).await;
+    assert_eq!(r.status(), 200);
+    let len: usize = r.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body = r.bytes().await.unwrap();
+    assert_eq!(len, body.len());
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["id"], "l1");
+    assert_eq!(names(&v["result"]), ["search", "read_file"]);
+    // The rest of the result is kept.
+    assert_eq!(v["result"]["nextCursor"], "c2");
+    assert_eq!(v["result"]["tools"][0]["inputSchema"]["type"], "object");
+    // The answer is read to be filtered, so tessera asked for it plain.
+    assert!(!up.seen()[0].headers.contains_key("accept-encoding"));
+
+    // A batch: the tools/list answer inside the array is filtered too.
+    let batch = format!(r#"[{LIST},{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}]"#);
+    let v: serde_json::Value = list(&a, &batch).await.json().await.unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    for answer in v.as_array().unwrap() {
+        assert_eq!(names(&answer["result"]), ["search", "read_file"]);
+    }
+
+    // Other answers are not touched: compression is the caller's choice.
+    let call = tools_call(3, "search");
+    let r = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("accept-encoding", "gzip")
+        .body(call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.seen().last().unwrap().headers["accept-encoding"], "gzip");
+}
+
+#[tokio::test]
+async fn the_builtin_policy_lists_every_tool() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let v: serde_json::Value = list(&a, LIST).await.json().await.unwrap();
+    assert_eq!(names(&v["result"]), TOOLS);
+}
+
+#[tokio::test]
+async fn sse_answer_is_filtered_event_by_event() {
+    let up = Upstream::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
+    let a = p.agent("gh", &up.url("/sse-tools"), "agent").await;
+
+    let r = list(&a, LIST).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let text = r.text().await.unwrap();
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .flat_map(|e| e.split("\r\n\r\n"))
+        .filter(|e| !e.is_empty())
+        .collect();
+    assert_eq!(events.len(), 3, "{text:?}");
+    // The comment and the notification pass byte for byte.
+    assert_eq!(events[0], ": keep-alive");
+    assert!(
+        events[1].starts_with("event: message\r\ndata: {"),
+        "{text:?}"
+    );
+    assert!(events[1].contains("notifications/progress"));
+    // The answer keeps its id line and becomes one data line, filtered.
+    let lines: Vec<&str> = events[2].lines().collect();
+    assert_eq!(lines[0], "id: 7", "{text:?}");
+    assert_eq!(lines.len(), 2, "{text:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(lines[1].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(v["id"], "l1");
+    assert_eq!(names(&v["result"]), ["search", "read_file"]);
+}
+
+#[tokio::test]
+async fn an_answer_too_large_to_filter_is_refused() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_policies(
+        Proxy::dir(),
+        |c| c.tools_list_max_bytes = 64,
+        policies_with(&["tool-deny-list"]),
+    )
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let r = list(&a, LIST).await;
+    assert_eq!(r.status(), 502);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("--tools-list-max-bytes"), "{msg}");
+    assert!(!msg.contains("delete_repo"), "{msg}");
+
+    // Over SSE the stream breaks off before the unfiltered list (here
+    // before the first event that big, so hyper may not even have sent
+    // the head yet).
+    let a = p.agent("gh2", &up.url("/sse-tools"), "agent2").await;
+    let sent = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .body(LIST)
+        .send()
+        .await;
+    let mut got = Vec::new();
+    let mut failed = sent.is_err();
+    if let Ok(r) = sent {
+        assert_eq!(r.status(), 200);
+        let mut body = r.bytes_stream();
+        use futures_util::StreamExt;
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(c) => got.extend_from_slice(&c),
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+    }
+    assert!(failed, "the stream ended cleanly");
+    assert!(!String::from_utf8_lossy(&got).contains("delete_repo"));
+}
