@@ -180,13 +180,20 @@ fn benches(c: &mut Criterion) {
     for (name, policies) in [
         ("policy decision (default policy)", Policies::builtin()),
         (
-            "policy decision (default + 4 example policies)",
+            "policy decision (default + 5 example policies)",
             example_policies(),
         ),
     ] {
         assert!(policies.evaluate(&ask).allowed || name.contains("example"));
         c.bench_function(name, |b| b.iter(|| policies.evaluate(black_box(&ask))));
     }
+    c.bench_function("audit arguments digest (SHA-256 as sent)", |b| {
+        b.iter(|| tessera::audit::sha256_hex(black_box(m.arguments().unwrap().as_bytes())))
+    });
+    c.bench_function(
+        "approval key (canonical JSON + SHA-256; held calls only)",
+        |b| b.iter(|| tessera::approvals::arguments_digest(black_box(m.arguments()))),
+    );
     let resp = response_headers();
     c.bench_function("filter response headers", |b| {
         b.iter_batched_ref(
@@ -197,5 +204,41 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(micro, benches);
+/// Writing audit records: one batch of 512 (what the writer does under
+/// load), on a real SQLite database in a temporary data dir.
+fn audit_batch(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = rt
+        .block_on(tessera::store::Store::open_data_dir(dir.path()))
+        .unwrap();
+    let rows: Vec<_> = (0..512)
+        .map(|i| tessera::audit::AuditRecord {
+            id: 0,
+            at: 1_796_300_000_000 + i,
+            caller: format!("agent-{}", i % 16),
+            connection: CONN.to_string(),
+            http_method: "POST".into(),
+            rpc_method: Some("tools/call".into()),
+            tool: Some("update_issue".into()),
+            verdict: "allow".into(),
+            reason: Some("own-connections".into()),
+            arguments_sha256: Some("ab".repeat(32)),
+            arguments: None,
+            status: 200,
+            duration_us: 180,
+        })
+        .collect();
+    let mut g = c.benchmark_group("audit");
+    g.throughput(criterion::Throughput::Elements(rows.len() as u64));
+    g.bench_function("insert a batch of 512 records (SQLite)", |b| {
+        b.iter(|| rt.block_on(store.insert_audit(black_box(&rows))).unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(micro, benches, audit_batch);
 criterion_main!(micro);

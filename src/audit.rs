@@ -157,8 +157,8 @@ async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
     }
 }
 
-/// Hex SHA-256 (tool arguments are digested in canonical form by
-/// [`crate::approvals::arguments_digest`], the same key approvals use).
+/// Hex SHA-256. The audit trail digests tool arguments as sent; approvals
+/// key on the canonical form ([`crate::approvals::arguments_digest`]).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::approvals::{self, arguments_digest, CallKey, Held, Settled};
-use crate::audit::AuditRecord;
+use crate::audit::{sha256_hex, AuditRecord};
 use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::ProxyBody;
@@ -56,6 +56,8 @@ struct Decided {
     /// What became of a call held for approval.
     settled: Option<Settled>,
     arguments_sha256: Option<String>,
+    /// For a held call: the canonical arguments digest approvals key on.
+    call_sha256: Option<String>,
     arguments: Option<String>,
 }
 
@@ -301,13 +303,19 @@ async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
 
 impl Decided {
     fn new(state: &State, ask: &AuthzRequest<'_>, verdict: Verdict) -> Decided {
+        let call_sha256 =
+            matches!(verdict, Verdict::Ask(_)).then(|| arguments_digest(ask.arguments));
         Decided {
             rpc_method: ask.rpc_method.map(str::to_string),
             action: Policies::action_name(ask.http_method, ask.rpc_method).to_string(),
             tool: ask.tool.map(str::to_string),
             verdict,
             settled: None,
-            arguments_sha256: ask.arguments.map(|a| arguments_digest(Some(a))),
+            // The audit trail keeps a digest of the text as sent (cheap);
+            // a held call is keyed by its canonical digest (a parse), which
+            // only held calls pay for.
+            arguments_sha256: ask.arguments.map(|a| sha256_hex(a.as_bytes())),
+            call_sha256,
             arguments: ask
                 .arguments
                 .filter(|_| state.config.audit_arguments)
@@ -385,7 +393,7 @@ async fn enforce(
                     connection: connection_id.to_string(),
                     rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.clone()),
                     tool: d.tool.clone().unwrap_or_default(),
-                    arguments_sha256: d.arguments_sha256.clone().unwrap_or_default(),
+                    arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
                 },
                 arguments: d.arguments.clone(),
                 reason: d.verdict.grounds().summary(),

@@ -2,7 +2,7 @@
 //! the policies behind it, nothing secret in it, nothing lost when the
 //! queue is full.
 
-use tessera::approvals::arguments_digest;
+use tessera::audit::sha256_hex;
 
 use crate::support::*;
 
@@ -53,7 +53,7 @@ async fn every_decision_is_audited_and_nothing_secret() {
 
     let r = audit_rows(&p).await;
     assert_eq!(r.len(), 3, "{r:#?}");
-    let digest = arguments_digest(Some(args));
+    let digest = sha256_hex(args.as_bytes());
     let allowed = &r[0];
     assert_eq!(
         (
