@@ -509,7 +509,15 @@ def report(res, a, micro=None):
     lines.append(f"Medians over {a.rounds} interleaved round(s), (min–max) after each.")
     if micro:
         lines += ["", "| per-request piece (criterion, median) | time | target |", "|---|---|---|"]
-        lines += [f"| {n} | {ns:,.0f} ns | ≤ 1,000 ns |" for n, ns in micro]
+        for n, ns in micro:
+            # The audit group times one batch; shown per record. It runs
+            # off the request path (one writer task), on the proxy's core.
+            batch = re.search(r"batch of (\d+) records", n)
+            if batch:
+                lines.append(f"| {n}, per record | {ns / int(batch.group(1)):,.0f} ns "
+                             f"| — (off the request path) |")
+            else:
+                lines.append(f"| {n} | {ns:,.0f} ns | ≤ 1,000 ns |")
     return "\n".join(lines)
 
 
