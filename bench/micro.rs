@@ -194,6 +194,14 @@ fn benches(c: &mut Criterion) {
         "approval key (canonical JSON + SHA-256; held calls only)",
         |b| b.iter(|| tessera::approvals::arguments_digest(black_box(m.arguments()))),
     );
+    let redactor = inj.redactor.clone();
+    let frame = bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"Issue #42 updated: labels bug, triage. Body saved (212 bytes)."}],"isError":false}}"#);
+    c.bench_function("redact: scan a 160-byte response frame", |b| {
+        b.iter(|| {
+            let r = black_box(&redactor);
+            black_box(r.found_in(&frame) || r.pending_tail(&frame) > 0)
+        })
+    });
     let resp = response_headers();
     c.bench_function("filter response headers", |b| {
         b.iter_batched_ref(

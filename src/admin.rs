@@ -45,6 +45,34 @@ fn check_name(name: &str) -> Result<(), AdminError> {
         .ok_or_else(|| AdminError::BadName(name.to_string()))
 }
 
+/// Replace a credential's secret, checked against its scheme as at
+/// registration and sealed to its row.
+pub async fn credential_set_secret(
+    store: &Store,
+    key: &MasterKey,
+    name: &str,
+    secret: SecretString,
+) -> Result<(), AdminError> {
+    let row = store
+        .credentials()
+        .await?
+        .into_iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "credential",
+            name: name.to_string(),
+        })?;
+    injection(
+        row.scheme,
+        row.header_name.as_deref(),
+        row.username.as_deref(),
+        &secret,
+    )?;
+    let sealed = key.seal(&credential_aad(name), &secret);
+    store.set_credential_secret(name, &sealed).await?;
+    Ok(())
+}
+
 /// Validate an upstream URL: absolute http(s) with a host, no credentials
 /// in it (they would travel outside the sealed store), no fragment.
 pub fn check_upstream(s: &str) -> Result<Url, AdminError> {

@@ -62,11 +62,13 @@ pub enum CredentialError {
 }
 
 /// The header a credential injects, with the value marked sensitive so that
-/// hyper's HPACK encoder and any Debug output treat it as such.
+/// hyper's HPACK encoder and any Debug output treat it as such, and the
+/// redactor that keeps the secret out of what comes back.
 #[derive(Clone)]
 pub struct Injection {
     pub name: HeaderName,
     pub value: HeaderValue,
+    pub redactor: std::sync::Arc<crate::redact::Redactor>,
 }
 
 impl std::fmt::Debug for Injection {
@@ -96,6 +98,9 @@ pub fn injection(
     if s.is_empty() {
         return Err(CredentialError::EmptySecret);
     }
+    // What is redacted from responses: the secret, and for basic the
+    // base64 the header carries.
+    let mut basic = None;
     let (name, raw) = match scheme {
         Scheme::Bearer => (http::header::AUTHORIZATION, format!("Bearer {s}")),
         Scheme::Basic => {
@@ -104,7 +109,9 @@ pub fn injection(
                 return Err(CredentialError::BadUsername);
             }
             let enc = STANDARD.encode(format!("{u}:{s}"));
-            (http::header::AUTHORIZATION, format!("Basic {enc}"))
+            let raw = format!("Basic {enc}");
+            basic = Some(enc);
+            (http::header::AUTHORIZATION, raw)
         }
         Scheme::Header => {
             let h = header_name.ok_or(CredentialError::MissingHeaderName)?;
@@ -113,7 +120,16 @@ pub fn injection(
     };
     let mut value = HeaderValue::from_str(&raw).map_err(|_| CredentialError::BadSecret)?;
     value.set_sensitive(true);
-    Ok(Injection { name, value })
+    let redactor = crate::redact::Redactor::new(
+        [s.as_bytes()]
+            .into_iter()
+            .chain(basic.as_deref().map(str::as_bytes)),
+    );
+    Ok(Injection {
+        name,
+        value,
+        redactor: std::sync::Arc::new(redactor),
+    })
 }
 
 #[cfg(test)]

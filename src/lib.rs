@@ -9,10 +9,13 @@
 //! - [`authn`]: the caller's bearer token against the in-memory snapshot,
 //!   and the address checked as that caller's;
 //! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
-//! - [`authz`]: the `Authorizer` decision;
+//! - [`authz`]: the `Authorizer` decision ([`policy`]: Cedar; [`ext_authz`]:
+//!   the external authorizer; [`approvals`]: calls held for a person);
 //! - [`forward`]: strip the caller's credentials, inject the stored one,
 //!   send on the one pooled client ([`pool`]);
 //! - [`filter`]: response headers and upstream 401/403 on the way back;
+//!   [`redact`]: the injected secret replaced wherever it comes back;
+//!   [`tool_list`]: `tools/list` answers cut to the tools a caller may call;
 //! - [`error`]: the one error type and its HTTP/JSON-RPC rendering.
 //!
 //! Around them: [`snapshot`] (callers, connections and opened credentials
@@ -41,6 +44,7 @@ pub mod logging;
 pub mod policy;
 pub mod pool;
 pub mod proxy;
+pub mod redact;
 pub mod route;
 pub mod secrets;
 pub mod server;

@@ -197,6 +197,21 @@ struct ServeArgs {
     worker_threads: Option<u16>,
 }
 
+/// Where a secret is read from: never the command line.
+#[derive(Args)]
+struct SecretSource {
+    /// An environment variable holding the secret.
+    #[arg(
+        long,
+        conflicts_with = "secret_stdin",
+        required_unless_present = "secret_stdin"
+    )]
+    secret_env: Option<String>,
+    /// Read the secret from stdin.
+    #[arg(long)]
+    secret_stdin: bool,
+}
+
 #[derive(Subcommand)]
 enum CredentialCmd {
     /// Register an upstream and its credential. The secret is read from an
@@ -213,14 +228,16 @@ enum CredentialCmd {
         /// The user name with --scheme basic.
         #[arg(long)]
         username: Option<String>,
-        #[arg(
-            long,
-            conflicts_with = "secret_stdin",
-            required_unless_present = "secret_stdin"
-        )]
-        secret_env: Option<String>,
-        #[arg(long)]
-        secret_stdin: bool,
+        #[command(flatten)]
+        secret: SecretSource,
+    },
+    /// Replace a credential's secret. Serving processes use it for new
+    /// requests within one refresh (250 ms by default); requests already
+    /// sent finish with the old one.
+    SetSecret {
+        name: String,
+        #[command(flatten)]
+        secret: SecretSource,
     },
     List(ListArgs),
 }
@@ -708,10 +725,9 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
             scheme,
             header_name,
             username,
-            secret_env,
-            secret_stdin: _,
+            secret,
         } => {
-            let secret = read_secret(secret_env.as_deref())?;
+            let secret = read_secret(secret.secret_env.as_deref())?;
             let key = master_key(data_dir)?;
             let spec = CredentialSpec {
                 name: &name,
@@ -723,6 +739,12 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
             };
             admin::credential_add(&store, &key, spec).await?;
             println!("credential {name} added for {upstream}");
+        }
+        CredentialCmd::SetSecret { name, secret } => {
+            let secret = read_secret(secret.secret_env.as_deref())?;
+            let key = master_key(data_dir)?;
+            admin::credential_set_secret(&store, &key, &name, secret).await?;
+            println!("credential {name}: secret replaced");
         }
         CredentialCmd::List(l) => {
             let rows = store.credentials().await?;

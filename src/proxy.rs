@@ -270,6 +270,11 @@ async fn proxy(
     }
     let (mut parts, body) = resp.into_parts();
     filter_response_headers(&mut parts.headers);
+    // The secret injected on this request never comes back, in headers or
+    // body, whatever the upstream echoes.
+    let redactor = upstream.injection.redactor.clone();
+    redactor.headers(&mut parts.headers);
+    let body = redactor.body(body);
     let body = match tool_filter {
         None => body.boxed(),
         Some(f) => {

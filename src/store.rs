@@ -185,6 +185,26 @@ impl Store {
         Ok(())
     }
 
+    /// Replace a credential's sealed secret. Serving processes pick it up
+    /// with the revision; requests already sent keep the old one.
+    pub async fn set_credential_secret(&self, name: &str, sealed: &[u8]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query("UPDATE credentials SET sealed = ? WHERE name = ?")
+            .bind(sealed)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                kind: "credential",
+                name: name.to_string(),
+            });
+        }
+        Self::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn credentials(&self) -> Result<Vec<CredentialRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, name, upstream, scheme, header_name, username, sealed, created_at

@@ -8,6 +8,7 @@ mod ext_authz;
 mod forwarding;
 mod policies;
 mod pool;
+mod redaction;
 mod refusals;
 mod rmcp_peers;
 mod sse;

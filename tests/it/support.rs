@@ -46,6 +46,12 @@ pub struct Seen {
 ///   notification, then the result split over two `data:` lines), sent in
 ///   7-byte pieces so events straddle frames.
 ///
+/// - `/echo`: reflects the request's headers, in a JSON body and the
+///   `Authorization` value in an `X-Echo` header;
+/// - `/echo-sse`: an SSE stream of events carrying the `Authorization` (or
+///   `X-Api-Key`) value, the n-th event split into two frames at its n-th
+///   byte.
+///
 /// Anywhere else a `tools/list` is answered with [`TOOLS`] and a cursor.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -202,6 +208,37 @@ async fn answer(
                 .header("content-type", "text/event-stream")
                 .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
                     pieces,
+                ))))
+        }
+        "/echo" => {
+            let headers: serde_json::Map<String, serde_json::Value> = parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+                .collect();
+            let auth = parts.headers.get("authorization").cloned();
+            let mut b = Response::builder().header("content-type", "application/json");
+            if let Some(a) = auth {
+                b = b.header("x-echo", a);
+            }
+            b.body(full(serde_json::json!({ "headers": headers }).to_string()))
+        }
+        "/echo-sse" => {
+            let auth = parts
+                .headers
+                .get("authorization")
+                .or_else(|| parts.headers.get("x-api-key"))
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_default();
+            let event = format!("data: {{\"auth\":\"{auth}\"}}\n\n").into_bytes();
+            let frames: Vec<Result<Frame<Bytes>, Infallible>> = (0..=event.len())
+                .flat_map(|i| [event[..i].to_vec(), event[i..].to_vec()])
+                .map(|b| Ok(Frame::data(Bytes::from(b))))
+                .collect();
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                    frames,
                 ))))
         }
         "/sse" => {
