@@ -32,13 +32,15 @@ fn snapshot() -> Snapshot {
     let up = Arc::new(Upstream {
         credential: "github".into(),
         url: "http://127.0.0.1:18081/mcp".parse().unwrap(),
-        injection: injection(
-            Scheme::Bearer,
-            None,
-            None,
-            &SecretString::from("ghp_upstreamsecret".to_string()),
-        )
-        .unwrap(),
+        auth: tessera::snapshot::Auth::Static(
+            injection(
+                Scheme::Bearer,
+                None,
+                None,
+                &SecretString::from("ghp_upstreamsecret".to_string()),
+            )
+            .unwrap(),
+        ),
     });
     let mut callers = std::collections::HashMap::new();
     let mut connections = std::collections::HashMap::new();

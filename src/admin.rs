@@ -23,6 +23,10 @@ pub enum AdminError {
     BadUpstream(String, &'static str),
     #[error("{0:?} is neither a connection id nor a tessera connection URL")]
     BadConnection(String),
+    #[error("invalid --token-url {0:?}: {1}")]
+    BadTokenUrl(String, &'static str),
+    #[error("{0}")]
+    OAuth(&'static str),
 }
 
 /// A credential definition as given on the command line.
@@ -62,14 +66,97 @@ pub async fn credential_set_secret(
             kind: "credential",
             name: name.to_string(),
         })?;
-    injection(
-        row.scheme,
-        row.header_name.as_deref(),
-        row.username.as_deref(),
-        &secret,
-    )?;
-    let sealed = key.seal(&credential_aad(name), &secret);
+    let aad = credential_aad(name);
+    let sealed = if row.oauth.is_some() {
+        // An OAuth credential's secret is its client secret; the refresh
+        // token sealed beside it stays.
+        let opened = key.open(&aad, &row.sealed).map_err(|_| {
+            AdminError::OAuth("the credential's sealed secrets do not open with this master key")
+        })?;
+        let mut secrets = crate::oauth::OAuthSecrets::parse(&opened).map_err(|_| {
+            AdminError::OAuth("the credential's sealed OAuth secrets are unreadable")
+        })?;
+        secrets.client_secret = Some(secret.expose_secret().to_string());
+        secrets.seal(key, &aad)
+    } else {
+        injection(
+            row.scheme,
+            row.header_name.as_deref(),
+            row.username.as_deref(),
+            &secret,
+        )?;
+        key.seal(&aad, &secret)
+    };
     store.set_credential_secret(name, &sealed).await?;
+    Ok(())
+}
+
+/// An OAuth 2.x credential as given on the command line.
+pub struct OAuthSpec<'a> {
+    pub name: &'a str,
+    pub upstream: &'a str,
+    pub token_url: &'a str,
+    pub client_id: &'a str,
+    pub scopes: Vec<String>,
+    pub audience: Option<String>,
+    pub client_secret: Option<SecretString>,
+    pub refresh_token: Option<SecretString>,
+}
+
+/// Register an OAuth 2.x credential: with a refresh token it uses the
+/// refresh-token grant, else the client-credentials grant (which needs a
+/// client secret). The secrets are sealed together; the first token is
+/// fetched by `serve` at the first request.
+pub async fn credential_add_oauth(
+    store: &Store,
+    key: &MasterKey,
+    spec: OAuthSpec<'_>,
+) -> Result<(), AdminError> {
+    use crate::oauth::{Grant, OAuthConfig, OAuthSecrets};
+    check_name(spec.name)?;
+    let url = check_upstream(spec.upstream)?;
+    let token_url = check_upstream(spec.token_url).map_err(|e| match e {
+        AdminError::BadUpstream(u, why) => AdminError::BadTokenUrl(u, why),
+        e => e,
+    })?;
+    if spec.client_id.is_empty() || spec.client_id.chars().any(char::is_control) {
+        return Err(AdminError::OAuth(
+            "--client-id must be a non-empty printable string",
+        ));
+    }
+    let grant = match (&spec.refresh_token, &spec.client_secret) {
+        (Some(_), _) => Grant::RefreshToken,
+        (None, Some(_)) => Grant::ClientCredentials,
+        (None, None) => {
+            return Err(AdminError::OAuth(
+                "give a client secret (--client-secret-env or --client-secret-stdin) for the client-credentials grant, or a refresh token (--refresh-token-env or --refresh-token-stdin)",
+            ))
+        }
+    };
+    let config = OAuthConfig {
+        token_url,
+        client_id: spec.client_id.to_string(),
+        scopes: spec.scopes,
+        audience: spec.audience,
+        grant,
+    };
+    let secrets = OAuthSecrets {
+        client_secret: spec.client_secret.map(|s| s.expose_secret().to_string()),
+        refresh_token: spec.refresh_token.map(|s| s.expose_secret().to_string()),
+    };
+    let sealed = secrets.seal(key, &credential_aad(spec.name));
+    let config = serde_json::to_string(&config).expect("settings serialize");
+    store
+        .add_credential(NewCredential {
+            name: spec.name,
+            upstream: url.as_str(),
+            scheme: Scheme::Bearer,
+            header_name: None,
+            username: None,
+            sealed,
+            oauth: Some(&config),
+        })
+        .await?;
     Ok(())
 }
 
@@ -122,6 +209,7 @@ pub async fn credential_add(
                 None
             },
             sealed,
+            oauth: None,
         })
         .await?;
     Ok(())

@@ -70,6 +70,10 @@ pub struct ServeConfig {
     pub authorizer: Option<AuthorizerConfig>,
     /// The largest `tools/list` answer tessera parses to filter (502 above).
     pub tools_list_max_bytes: usize,
+    /// An OAuth token is refreshed when it expires within this.
+    pub token_margin: Duration,
+    /// The whole token request, connect to answer.
+    pub token_timeout: Duration,
 }
 
 /// The raw values, as given (flags or environment; clap merged them).
@@ -89,6 +93,8 @@ pub struct RawServe {
     pub authorizer_timeout_ms: u64,
     pub authorizer_failure: String,
     pub tools_list_max_bytes: usize,
+    pub token_margin_s: u64,
+    pub token_timeout_ms: u64,
 }
 
 /// The public URL from the listen address when none was given: an
@@ -186,6 +192,8 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         },
         authorizer,
         tools_list_max_bytes: raw.tools_list_max_bytes,
+        token_margin: Duration::from_secs(raw.token_margin_s),
+        token_timeout: ms(raw.token_timeout_ms, "--token-timeout-ms")?,
     })
 }
 
@@ -214,6 +222,8 @@ impl RawServe {
             authorizer_timeout_ms: DEFAULT_AUTHORIZER_TIMEOUT_MS,
             authorizer_failure: "deny".into(),
             tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
+            token_margin_s: 60,
+            token_timeout_ms: 10_000,
         }
     }
 }

@@ -76,6 +76,12 @@ pub enum ProxyError {
         "upstream error for credential {credential:?}: the MCP server broke the HTTP exchange"
     )]
     UpstreamProtocol { credential: String },
+    /// No OAuth token could be had for the credential.
+    #[error("cannot get an OAuth token for credential {credential:?}: {error}; ask the admin to check the credential")]
+    TokenEndpoint {
+        credential: String,
+        error: crate::oauth::TokenError,
+    },
     /// A `tools/list` answer that could not be filtered is not passed on.
     #[error("upstream error for credential {credential:?}: {error}")]
     ToolsList {
@@ -109,7 +115,8 @@ impl ProxyError {
             UpstreamUnreachable { .. }
             | CredentialRejected { .. }
             | UpstreamProtocol { .. }
-            | ToolsList { .. } => StatusCode::BAD_GATEWAY,
+            | ToolsList { .. }
+            | TokenEndpoint { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -129,7 +136,8 @@ impl ProxyError {
             UpstreamUnreachable { .. }
             | UpstreamProtocol { .. }
             | CredentialRejected { .. }
-            | ToolsList { .. } => -32010,
+            | ToolsList { .. }
+            | TokenEndpoint { .. } => -32010,
             UpstreamTimeout { .. } => -32011,
         }
     }
@@ -147,6 +155,7 @@ impl ProxyError {
             Held(_) | ToolHeld { .. } => "held",
             ApprovalUnavailable => "approval_unavailable",
             ToolsList { .. } => "tools_list",
+            TokenEndpoint { .. } => "token_endpoint",
             PayloadTooLarge(_) => "too_large",
             ParseError => "parse",
             InvalidRequest(_) => "invalid",

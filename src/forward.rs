@@ -167,15 +167,16 @@ fn is_dot_segment(seg: &str) -> bool {
     dots == 1 || dots == 2
 }
 
-/// Assemble the upstream request from the caller's parts.
+/// Assemble the upstream request from the caller's parts, injecting `inj`
+/// (the credential's stored header, or its current OAuth token).
 pub fn upstream_request(
     method: Method,
     uri: Uri,
     mut headers: HeaderMap,
-    up: &Upstream,
+    inj: &Injection,
     body: Bytes,
 ) -> Request<Bytes> {
-    strip_and_inject(&mut headers, &up.injection);
+    strip_and_inject(&mut headers, inj);
     if let Some(host) = uri
         .authority()
         .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
@@ -199,13 +200,15 @@ mod tests {
         Upstream {
             credential: "gh".into(),
             url: url.parse().unwrap(),
-            injection: injection(
-                Scheme::Bearer,
-                None,
-                None,
-                &SecretString::from("stored".to_string()),
-            )
-            .unwrap(),
+            auth: crate::snapshot::Auth::Static(
+                injection(
+                    Scheme::Bearer,
+                    None,
+                    None,
+                    &SecretString::from("stored".to_string()),
+                )
+                .unwrap(),
+            ),
         }
     }
 
@@ -232,7 +235,10 @@ mod tests {
             h.insert(HeaderName::from_static(keep), v("k"));
         }
         let up = upstream("http://127.0.0.1:9/mcp");
-        strip_and_inject(&mut h, &up.injection);
+        let crate::snapshot::Auth::Static(inj) = &up.auth else {
+            unreachable!()
+        };
+        strip_and_inject(&mut h, inj);
         assert_eq!(
             h.get_all(header::AUTHORIZATION).iter().collect::<Vec<_>>(),
             ["Bearer stored"]

@@ -187,6 +187,12 @@ struct ServeArgs {
     /// The largest tools/list answer tessera reads to filter it (502 above).
     #[arg(long, env = "TESSERA_TOOLS_LIST_MAX_BYTES", default_value_t = config::DEFAULT_TOOLS_LIST_MAX_BYTES)]
     tools_list_max_bytes: usize,
+    /// Refresh an OAuth token when it expires within this many seconds.
+    #[arg(long, env = "TESSERA_TOKEN_MARGIN_S", default_value_t = 60)]
+    token_margin_s: u64,
+    /// How long a token request may take (502 after).
+    #[arg(long, env = "TESSERA_TOKEN_TIMEOUT_MS", default_value_t = 10_000)]
+    token_timeout_ms: u64,
     /// How often the policy folder is checked for changes (SIGHUP reloads
     /// at once).
     #[arg(long, env = "TESSERA_POLICY_CHECK_MS", default_value_t = 1_000)]
@@ -197,19 +203,52 @@ struct ServeArgs {
     worker_threads: Option<u16>,
 }
 
-/// Where a secret is read from: never the command line.
+/// Where a secret is read from: never the command line. (With --scheme
+/// oauth2 it is the client secret, also spelt --client-secret-env/-stdin.)
 #[derive(Args)]
 struct SecretSource {
     /// An environment variable holding the secret.
-    #[arg(
-        long,
-        conflicts_with = "secret_stdin",
-        required_unless_present = "secret_stdin"
-    )]
+    #[arg(long, alias = "client-secret-env", conflicts_with = "secret_stdin")]
     secret_env: Option<String>,
     /// Read the secret from stdin.
-    #[arg(long)]
+    #[arg(long, alias = "client-secret-stdin")]
     secret_stdin: bool,
+}
+
+impl SecretSource {
+    fn given(&self) -> bool {
+        self.secret_env.is_some() || self.secret_stdin
+    }
+
+    /// The secret, which must be given.
+    fn read(&self) -> Result<SecretString> {
+        if !self.given() {
+            bail!("give the secret with --secret-env VAR or --secret-stdin");
+        }
+        read_secret(self.secret_env.as_deref())
+    }
+}
+
+/// An OAuth 2.x credential's settings (`--scheme oauth2`).
+#[derive(Args)]
+struct OAuthArgs {
+    /// The authorization server's token endpoint.
+    #[arg(long)]
+    token_url: Option<String>,
+    #[arg(long)]
+    client_id: Option<String>,
+    /// A scope to ask for (repeatable).
+    #[arg(long = "scope")]
+    scopes: Vec<String>,
+    #[arg(long)]
+    audience: Option<String>,
+    /// An environment variable holding a refresh token: the refresh-token
+    /// grant is used (else client credentials).
+    #[arg(long, conflicts_with = "refresh_token_stdin")]
+    refresh_token_env: Option<String>,
+    /// Read the refresh token from stdin.
+    #[arg(long)]
+    refresh_token_stdin: bool,
 }
 
 #[derive(Subcommand)]
@@ -220,7 +259,7 @@ enum CredentialCmd {
         name: String,
         #[arg(long)]
         upstream: String,
-        #[arg(long, default_value = "bearer", value_parser = ["bearer", "basic", "header"])]
+        #[arg(long, default_value = "bearer", value_parser = ["bearer", "basic", "header", "oauth2"])]
         scheme: String,
         /// The header that carries the secret with --scheme header.
         #[arg(long)]
@@ -230,6 +269,8 @@ enum CredentialCmd {
         username: Option<String>,
         #[command(flatten)]
         secret: SecretSource,
+        #[command(flatten)]
+        oauth: Box<OAuthArgs>,
     },
     /// Replace a credential's secret. Serving processes use it for new
     /// requests within one refresh (250 ms by default); requests already
@@ -563,6 +604,8 @@ async fn serve_logged(
         authorizer_timeout_ms: a.authorizer_timeout_ms,
         authorizer_failure: a.authorizer_failure,
         tools_list_max_bytes: a.tools_list_max_bytes,
+        token_margin_s: a.token_margin_s,
+        token_timeout_ms: a.token_timeout_ms,
     })?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
     let store = Store::open_data_dir(data_dir).await?;
@@ -726,8 +769,16 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
             header_name,
             username,
             secret,
+            oauth,
         } => {
-            let secret = read_secret(secret.secret_env.as_deref())?;
+            if scheme == "oauth2" {
+                if header_name.is_some() || username.is_some() {
+                    bail!("--header-name and --username do not apply to --scheme oauth2");
+                }
+                return credential_add_oauth(data_dir, &store, &name, &upstream, &secret, *oauth)
+                    .await;
+            }
+            let secret = secret.read()?;
             let key = master_key(data_dir)?;
             let spec = CredentialSpec {
                 name: &name,
@@ -741,7 +792,7 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
             println!("credential {name} added for {upstream}");
         }
         CredentialCmd::SetSecret { name, secret } => {
-            let secret = read_secret(secret.secret_env.as_deref())?;
+            let secret = secret.read()?;
             let key = master_key(data_dir)?;
             admin::credential_set_secret(&store, &key, &name, secret).await?;
             println!("credential {name}: secret replaced");
@@ -753,7 +804,8 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
                     .iter()
                     .map(|r| {
                         serde_json::json!({
-                            "name": r.name, "upstream": r.upstream, "scheme": r.scheme.as_str(),
+                            "name": r.name, "upstream": r.upstream,
+                            "scheme": if r.oauth.is_some() { "oauth2" } else { r.scheme.as_str() },
                             "header_name": r.header_name, "username": r.username,
                             "created_at": r.created_at,
                         })
@@ -763,11 +815,58 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
             } else {
                 println!("{:<24} {:<8} UPSTREAM", "NAME", "SCHEME");
                 for r in rows {
-                    println!("{:<24} {:<8} {}", r.name, r.scheme.as_str(), r.upstream);
+                    let scheme = if r.oauth.is_some() {
+                        "oauth2"
+                    } else {
+                        r.scheme.as_str()
+                    };
+                    println!("{:<24} {:<8} {}", r.name, scheme, r.upstream);
                 }
             }
         }
     }
+    Ok(())
+}
+
+/// `credential add --scheme oauth2`.
+async fn credential_add_oauth(
+    data_dir: &std::path::Path,
+    store: &Store,
+    name: &str,
+    upstream: &str,
+    secret: &SecretSource,
+    oauth: OAuthArgs,
+) -> Result<()> {
+    if secret.secret_stdin && oauth.refresh_token_stdin {
+        bail!("only one of the client secret and the refresh token can come from stdin");
+    }
+    let client_secret = secret.given().then(|| secret.read()).transpose()?;
+    let refresh_token = (oauth.refresh_token_env.is_some() || oauth.refresh_token_stdin)
+        .then(|| read_secret(oauth.refresh_token_env.as_deref()))
+        .transpose()?;
+    let key = master_key(data_dir)?;
+    admin::credential_add_oauth(
+        store,
+        &key,
+        admin::OAuthSpec {
+            name,
+            upstream,
+            token_url: oauth
+                .token_url
+                .as_deref()
+                .context("--scheme oauth2 needs --token-url")?,
+            client_id: oauth
+                .client_id
+                .as_deref()
+                .context("--scheme oauth2 needs --client-id")?,
+            scopes: oauth.scopes,
+            audience: oauth.audience,
+            client_secret,
+            refresh_token,
+        },
+    )
+    .await?;
+    println!("credential {name} added for {upstream} (OAuth 2)");
     Ok(())
 }
 

@@ -813,13 +813,15 @@ mod tests {
             Arc::new(Upstream {
                 credential: "cred".into(),
                 url: url.parse().unwrap(),
-                injection: injection(
-                    Scheme::Bearer,
-                    None,
-                    None,
-                    &SecretString::from("s".to_string()),
-                )
-                .unwrap(),
+                auth: crate::snapshot::Auth::Static(
+                    injection(
+                        Scheme::Bearer,
+                        None,
+                        None,
+                        &SecretString::from("s".to_string()),
+                    )
+                    .unwrap(),
+                ),
             })
         };
         let conn = |caller_id, url: &str| Connection {

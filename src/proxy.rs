@@ -25,6 +25,7 @@ use crate::jsonrpc::peek;
 use crate::policy::Policies;
 use crate::route::route;
 use crate::server::State;
+use crate::snapshot::Auth;
 use crate::tool_list::ToolFilter;
 
 /// What the access log records of one request. Never a secret: the
@@ -234,29 +235,23 @@ async fn proxy(
         parts.headers.remove(header::ACCEPT_ENCODING);
     }
 
-    // Forward: strip, inject, send on the pooled client.
+    // Forward: strip, inject, send on the pooled client. An OAuth
+    // credential's token is fetched first when none is fresh, and once more
+    // when the upstream refuses it (401), the request then sent again.
     let uri = upstream_uri(&upstream, r.sub_path, parts.uri.query())?;
-    let up_req = upstream_request(parts.method, uri, parts.headers, &upstream, body);
     let credential = || upstream.credential.clone();
-    let resp = match tokio::time::timeout(state.config.upstream_timeout, state.client.send(up_req))
-        .await
-    {
-        Err(_) => {
-            return Err(ProxyError::UpstreamTimeout {
-                credential: credential(),
-            })
+    let (resp, redactor) = match &upstream.auth {
+        Auth::Static(inj) => {
+            let up_req = upstream_request(parts.method, uri, parts.headers, inj, body);
+            (
+                send(state, up_req, &upstream.credential).await?,
+                inj.redactor.clone(),
+            )
         }
-        Ok(Err(SendError::Connect(_))) => {
-            return Err(ProxyError::UpstreamUnreachable {
-                credential: credential(),
-            })
+        Auth::OAuth(source) => {
+            let sent = send_oauth(state, source, &upstream.credential, parts, uri, body);
+            Box::pin(sent).await?
         }
-        Ok(Err(SendError::Http(_))) => {
-            return Err(ProxyError::UpstreamProtocol {
-                credential: credential(),
-            })
-        }
-        Ok(Ok(resp)) => resp,
     };
 
     // Filter: an upstream challenge is never relayed; headers that would
@@ -272,7 +267,6 @@ async fn proxy(
     filter_response_headers(&mut parts.headers);
     // The secret injected on this request never comes back, in headers or
     // body, whatever the upstream echoes.
-    let redactor = upstream.injection.redactor.clone();
     redactor.headers(&mut parts.headers);
     let body = redactor.body(body);
     let body = match tool_filter {
@@ -293,6 +287,61 @@ async fn proxy(
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// Send on the pooled client within the upstream timeout.
+async fn send(
+    state: &State,
+    req: Request<Bytes>,
+    credential: &str,
+) -> Result<Response<crate::forward::UpstreamBody>, ProxyError> {
+    let credential = credential.to_string();
+    match tokio::time::timeout(state.config.upstream_timeout, state.client.send(req)).await {
+        Err(_) => Err(ProxyError::UpstreamTimeout { credential }),
+        Ok(Err(SendError::Connect(_))) => Err(ProxyError::UpstreamUnreachable { credential }),
+        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol { credential }),
+        Ok(Ok(resp)) => Ok(resp),
+    }
+}
+
+/// Send with an OAuth credential's current token; on a 401, refresh the
+/// token (unless another request already did) and send once more.
+async fn send_oauth(
+    state: &State,
+    source: &crate::oauth::OAuthSource,
+    credential: &str,
+    parts: http::request::Parts,
+    uri: http::Uri,
+    body: Bytes,
+) -> Result<
+    (
+        Response<crate::forward::UpstreamBody>,
+        Arc<crate::redact::Redactor>,
+    ),
+    ProxyError,
+> {
+    let cx = state.oauth_context();
+    let no_token = |error| ProxyError::TokenEndpoint {
+        credential: credential.to_string(),
+        error,
+    };
+    let token = source.current(&cx).await.map_err(no_token)?;
+    let first = upstream_request(
+        parts.method.clone(),
+        uri.clone(),
+        parts.headers.clone(),
+        &token.injection,
+        body.clone(),
+    );
+    let resp = send(state, first, credential).await?;
+    if resp.status() != http::StatusCode::UNAUTHORIZED {
+        return Ok((resp, token.injection.redactor.clone()));
+    }
+    drop(resp);
+    let token = source.refresh(&cx, Some(&token)).await.map_err(no_token)?;
+    let again = upstream_request(parts.method, uri, parts.headers, &token.injection, body);
+    let resp = send(state, again, credential).await?;
+    Ok((resp, token.injection.redactor.clone()))
 }
 
 /// The policies' verdict, and the external authorizer's when one is

@@ -32,9 +32,11 @@ pub struct State {
     pub audit: Audit,
     /// The external authorizer, when `--authorizer-url` is set.
     pub external: Option<crate::ext_authz::ExternalAuthorizer>,
-    /// The store: read on the request path only for calls held for
-    /// approval.
+    /// The store: used on the request path only for calls held for
+    /// approval and for OAuth token refreshes.
     pub store: Store,
+    /// The master key, to seal refreshed OAuth tokens.
+    key: Arc<MasterKey>,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
 }
@@ -54,7 +56,7 @@ impl State {
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let refresher = tokio::spawn(refresh_loop(
             store.clone(),
-            key,
+            key.clone(),
             authorizer.clone(),
             shared.clone(),
             config.refresh_interval,
@@ -73,11 +75,23 @@ impl State {
                 .clone()
                 .map(crate::ext_authz::ExternalAuthorizer::new),
             store,
+            key,
             snapshot: shared,
             public_host,
             config,
         };
         Ok((Arc::new(state), refresher))
+    }
+
+    /// What an OAuth token refresh needs.
+    pub fn oauth_context(&self) -> crate::oauth::OAuthContext<'_> {
+        crate::oauth::OAuthContext {
+            client: &self.client,
+            store: &self.store,
+            key: &self.key,
+            margin: self.config.token_margin,
+            timeout: self.config.token_timeout,
+        }
     }
 
     /// DNS-rebinding defence: an `Origin` must be in the allow-list (absent

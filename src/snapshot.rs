@@ -34,7 +34,16 @@ pub struct Upstream {
     /// The credential's name: safe to show, unlike its value.
     pub credential: String,
     pub url: Url,
-    pub injection: Injection,
+    pub auth: Auth,
+}
+
+/// Where the injected header comes from.
+#[derive(Debug)]
+pub enum Auth {
+    /// A stored secret: the same header on every request.
+    Static(Injection),
+    /// An OAuth access token, fetched and refreshed as needed.
+    OAuth(Arc<crate::oauth::OAuthSource>),
 }
 
 /// A live connection: one caller, one upstream.
@@ -72,6 +81,7 @@ impl Snapshot {
         // it past what we record and triggers another load.
         let revision = store.revision().await?;
         let mut upstreams = HashMap::new();
+        let mut tokens = store.oauth_tokens().await?;
         for c in store.credentials().await? {
             let secret = match key.open(&credential_aad(&c.name), &c.sealed) {
                 Ok(s) => s,
@@ -80,24 +90,31 @@ impl Snapshot {
                     continue;
                 }
             };
+            let cached = tokens.remove(&c.name);
             let built = Url::parse(&c.upstream)
                 .map_err(|e| e.to_string())
                 .and_then(|url| {
-                    injection(
-                        c.scheme,
-                        c.header_name.as_deref(),
-                        c.username.as_deref(),
-                        &secret,
-                    )
-                    .map(|inj| (url, inj))
-                    .map_err(|e| e.to_string())
+                    let auth = match &c.oauth {
+                        None => injection(
+                            c.scheme,
+                            c.header_name.as_deref(),
+                            c.username.as_deref(),
+                            &secret,
+                        )
+                        .map(Auth::Static)
+                        .map_err(|e| e.to_string())?,
+                        Some(config) => Auth::OAuth(Arc::new(oauth_source(
+                            &c.name, config, &secret, cached, key,
+                        )?)),
+                    };
+                    Ok((url, auth))
                 });
             match built {
-                Ok((url, injection)) => {
+                Ok((url, auth)) => {
                     let up = Upstream {
                         credential: c.name,
                         url,
-                        injection,
+                        auth,
                     };
                     upstreams.insert(c.id, Arc::new(up));
                 }
@@ -146,6 +163,28 @@ impl Snapshot {
             entities,
         })
     }
+}
+
+/// An OAuth credential's token source, from its config, its opened
+/// secrets and its cached token (a cached token that fails to open is
+/// dropped: a new one is fetched).
+fn oauth_source(
+    name: &str,
+    config: &str,
+    secret: &crate::secrets::SecretString,
+    cached: Option<(Vec<u8>, Option<i64>)>,
+    key: &MasterKey,
+) -> Result<crate::oauth::OAuthSource, String> {
+    use crate::oauth::{token_aad, OAuthConfig, OAuthSecrets, OAuthSource};
+    let config: OAuthConfig =
+        serde_json::from_str(config).map_err(|e| format!("its OAuth settings: {e}"))?;
+    let secrets = OAuthSecrets::parse(secret)?;
+    let cached = cached.and_then(|(sealed, exp)| {
+        let t = key.open(&token_aad(name), &sealed).ok()?;
+        let exp = exp.map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
+        Some((t, exp))
+    });
+    Ok(OAuthSource::new(name, config, secrets, cached))
 }
 
 /// The shared, atomically swapped snapshot.

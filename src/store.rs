@@ -50,6 +50,8 @@ pub struct CredentialRow {
     pub username: Option<String>,
     pub sealed: Vec<u8>,
     pub created_at: i64,
+    /// For an OAuth credential: its `OAuthConfig` as JSON.
+    pub oauth: Option<String>,
 }
 
 /// A caller row: its token exists here only as a digest.
@@ -84,6 +86,8 @@ pub struct NewCredential<'a> {
     pub header_name: Option<&'a str>,
     pub username: Option<&'a str>,
     pub sealed: Vec<u8>,
+    /// For an OAuth credential: its `OAuthConfig` as JSON.
+    pub oauth: Option<&'a str>,
 }
 
 /// The rows that can be revoked.
@@ -159,8 +163,8 @@ impl Store {
     pub async fn add_credential(&self, c: NewCredential<'_>) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
-            "INSERT INTO credentials (name, upstream, scheme, header_name, username, sealed, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO credentials (name, upstream, scheme, header_name, username, sealed, created_at, oauth)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(c.name)
         .bind(c.upstream)
@@ -169,6 +173,7 @@ impl Store {
         .bind(c.username)
         .bind(&c.sealed)
         .bind(now())
+        .bind(c.oauth)
         .execute(&mut *tx)
         .await;
         match r {
@@ -207,7 +212,7 @@ impl Store {
 
     pub async fn credentials(&self) -> Result<Vec<CredentialRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, name, upstream, scheme, header_name, username, sealed, created_at
+            "SELECT id, name, upstream, scheme, header_name, username, sealed, created_at, oauth
              FROM credentials ORDER BY name",
         )
         .fetch_all(&self.pool)
@@ -224,7 +229,56 @@ impl Store {
                     username: r.try_get("username")?,
                     sealed: r.try_get("sealed")?,
                     created_at: r.try_get("created_at")?,
+                    oauth: r.try_get("oauth")?,
                 })
+            })
+            .collect()
+    }
+
+    /// Cache an OAuth credential's access token (sealed), and store its
+    /// rotated secrets (sealed) in the same transaction. Not a change an
+    /// admin made: the revision stays, so no reload follows.
+    pub async fn put_oauth_token(
+        &self,
+        credential: &str,
+        sealed_token: &[u8],
+        expires_at: Option<i64>,
+        sealed_secrets: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES (?, ?, ?) \
+             ON CONFLICT (credential) DO UPDATE SET sealed = excluded.sealed, expires_at = excluded.expires_at",
+        )
+        .bind(credential)
+        .bind(sealed_token)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(sealed) = sealed_secrets {
+            sqlx::query("UPDATE credentials SET sealed = ? WHERE name = ?")
+                .bind(sealed)
+                .bind(credential)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Cached OAuth access tokens by credential name: sealed, and expiry.
+    pub async fn oauth_tokens(
+        &self,
+    ) -> Result<std::collections::HashMap<String, (Vec<u8>, Option<i64>)>, StoreError> {
+        let rows = sqlx::query("SELECT credential, sealed, expires_at FROM oauth_tokens")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("credential")?,
+                    (r.try_get("sealed")?, r.try_get("expires_at")?),
+                ))
             })
             .collect()
     }

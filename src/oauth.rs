@@ -1,0 +1,453 @@
+//! OAuth 2.x upstream credentials: the bearer token comes from an
+//! authorization server, by the client-credentials grant or a refresh
+//! token, and is replaced before it expires.
+//!
+//! A request asks its credential's [`OAuthSource`] for the current token:
+//! a lock-free load while the token is fresh. When it is missing, inside
+//! the refresh margin, or was just refused by the upstream (401), one
+//! request fetches a new one while the others wait for it (single flight:
+//! a hundred requests at expiry cause one token request). The token is
+//! cached sealed in the store, so a restart or snapshot reload does not
+//! cost a token request; a refresh token the server rotates replaces the
+//! old one sealed, in the same step.
+//!
+//! Token endpoint failures become a 502 naming the credential and the
+//! OAuth error code; the client secret, refresh token and access token
+//! never appear in an error, a log line or a response.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwapOption;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Uri};
+use http_body_util::{BodyExt, Limited};
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+use crate::credentials::{injection, Injection, Scheme};
+use crate::pool::{SendError, UpstreamClient};
+use crate::secrets::{ExposeSecret, MasterKey, SecretString};
+use crate::store::{Store, StoreError};
+
+/// The largest token response read.
+const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
+
+/// How a credential gets its token (stored as JSON, not secret).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OAuthConfig {
+    pub token_url: Url,
+    pub client_id: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub audience: Option<String>,
+    pub grant: Grant,
+}
+
+/// The grant used at the token endpoint.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Grant {
+    ClientCredentials,
+    RefreshToken,
+}
+
+/// The secrets of an OAuth credential, sealed together as one JSON object.
+#[derive(Serialize, Deserialize, Default)]
+pub struct OAuthSecrets {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<String>,
+}
+
+impl std::fmt::Debug for OAuthSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OAuthSecrets(<redacted>)")
+    }
+}
+
+impl OAuthSecrets {
+    pub fn seal(&self, key: &MasterKey, aad: &str) -> Vec<u8> {
+        let json = SecretString::from(serde_json::to_string(self).expect("secrets serialize"));
+        key.seal(aad, &json)
+    }
+
+    pub fn parse(opened: &SecretString) -> Result<OAuthSecrets, String> {
+        serde_json::from_str(opened.expose_secret())
+            .map_err(|_| "the sealed OAuth secrets are not a JSON object".to_string())
+    }
+}
+
+/// Why no token could be had. Never holds a secret.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum TokenError {
+    /// The authorization server answered with an OAuth error.
+    #[error("the token endpoint refused: {code}{}", .description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Refused {
+        code: String,
+        description: Option<String>,
+    },
+    #[error("the token endpoint answered HTTP {0} without an OAuth error")]
+    Status(u16),
+    #[error("the token endpoint could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the token endpoint did not answer within {0} ms")]
+    Timeout(u128),
+    #[error("the token endpoint's answer is not a token response: {0}")]
+    BadResponse(&'static str),
+    #[error("no {0} is stored for this credential")]
+    Missing(&'static str),
+}
+
+/// A token in force.
+#[derive(Debug)]
+pub struct Token {
+    /// The `Authorization: Bearer` header and the redactor for the token.
+    pub injection: Injection,
+    /// When the server said it expires (None: no lifetime given).
+    pub expires_at: Option<SystemTime>,
+}
+
+impl Token {
+    fn fresh(&self, margin: Duration) -> bool {
+        self.expires_at
+            .is_none_or(|e| SystemTime::now() + margin < e)
+    }
+}
+
+/// What a refresh needs from the serving process.
+pub struct OAuthContext<'a> {
+    pub client: &'a UpstreamClient,
+    pub store: &'a Store,
+    pub key: &'a MasterKey,
+    /// Refresh when the token expires within this.
+    pub margin: Duration,
+    /// The whole token request.
+    pub timeout: Duration,
+}
+
+/// One OAuth credential's token, shared by the requests that use it.
+pub struct OAuthSource {
+    credential: String,
+    config: OAuthConfig,
+    secrets: Mutex<OAuthSecrets>,
+    token: ArcSwapOption<Token>,
+    /// Held by the one request that refreshes.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for OAuthSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthSource")
+            .field("credential", &self.credential)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The associated data binding a cached access token to its credential.
+pub fn token_aad(credential: &str) -> String {
+    format!("tessera:oauth-token:{credential}")
+}
+
+impl OAuthSource {
+    /// A source starting from the cached token, if any.
+    pub fn new(
+        credential: &str,
+        config: OAuthConfig,
+        secrets: OAuthSecrets,
+        cached: Option<(SecretString, Option<SystemTime>)>,
+    ) -> OAuthSource {
+        let token = cached.and_then(|(t, exp)| {
+            bearer(&t).ok().map(|injection| {
+                Arc::new(Token {
+                    injection,
+                    expires_at: exp,
+                })
+            })
+        });
+        OAuthSource {
+            credential: credential.to_string(),
+            config,
+            secrets: Mutex::new(secrets),
+            token: ArcSwapOption::new(token),
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The token to send: the current one while fresh, else a new one.
+    pub async fn current(&self, cx: &OAuthContext<'_>) -> Result<Arc<Token>, TokenError> {
+        if let Some(t) = self.token.load_full().filter(|t| t.fresh(cx.margin)) {
+            return Ok(t);
+        }
+        self.refresh(cx, None).await
+    }
+
+    /// Get a new token, unless another request did while this one waited.
+    /// `rejected`: the token the upstream just refused; it is replaced even
+    /// if it looks fresh.
+    pub async fn refresh(
+        &self,
+        cx: &OAuthContext<'_>,
+        rejected: Option<&Arc<Token>>,
+    ) -> Result<Arc<Token>, TokenError> {
+        let _one = self.refreshing.lock().await;
+        if let Some(t) = self.token.load_full() {
+            let is_rejected = rejected.is_some_and(|r| Arc::ptr_eq(r, &t));
+            if !is_rejected && t.fresh(cx.margin) {
+                return Ok(t);
+            }
+        }
+        let fetched = tokio::time::timeout(cx.timeout, self.fetch(cx.client))
+            .await
+            .map_err(|_| TokenError::Timeout(cx.timeout.as_millis()))??;
+        let (token, expires_at, rotated) = fetched;
+        let t = Arc::new(Token {
+            injection: bearer(&token)
+                .map_err(|_| TokenError::BadResponse("an unusable access_token"))?,
+            expires_at,
+        });
+        self.token.store(Some(t.clone()));
+        if let Err(e) = self.persist(cx, &token, expires_at, rotated).await {
+            // The token works; only the cache (or a rotated refresh token)
+            // failed to reach the store. Say so loudly: a lost rotated
+            // refresh token means a person must log in again.
+            tracing::error!(credential = %self.credential, error = %e, "storing the new OAuth token failed");
+        }
+        tracing::info!(credential = %self.credential, "OAuth token refreshed");
+        Ok(t)
+    }
+
+    async fn persist(
+        &self,
+        cx: &OAuthContext<'_>,
+        token: &SecretString,
+        expires_at: Option<SystemTime>,
+        rotated: bool,
+    ) -> Result<(), StoreError> {
+        let ms = expires_at.map(|e| {
+            e.duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        });
+        let sealed_token = cx.key.seal(&token_aad(&self.credential), token);
+        let sealed_secrets = rotated.then(|| {
+            let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+            s.seal(cx.key, &crate::store::credential_aad(&self.credential))
+        });
+        cx.store
+            .put_oauth_token(
+                &self.credential,
+                &sealed_token,
+                ms,
+                sealed_secrets.as_deref(),
+            )
+            .await
+    }
+
+    /// One token request. Returns the access token, its expiry, and
+    /// whether the refresh token was rotated (already swapped in memory).
+    async fn fetch(
+        &self,
+        client: &UpstreamClient,
+    ) -> Result<(SecretString, Option<SystemTime>, bool), TokenError> {
+        let (body, basic) = {
+            let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+            let mut form = url::form_urlencoded::Serializer::new(String::new());
+            match self.config.grant {
+                Grant::ClientCredentials => {
+                    form.append_pair("grant_type", "client_credentials");
+                }
+                Grant::RefreshToken => {
+                    let rt = s
+                        .refresh_token
+                        .as_deref()
+                        .ok_or(TokenError::Missing("refresh token"))?;
+                    form.append_pair("grant_type", "refresh_token");
+                    form.append_pair("refresh_token", rt);
+                }
+            }
+            if !self.config.scopes.is_empty() {
+                form.append_pair("scope", &self.config.scopes.join(" "));
+            }
+            if let Some(a) = &self.config.audience {
+                form.append_pair("audience", a);
+            }
+            // A confidential client authenticates with HTTP Basic (RFC 6749
+            // §2.3.1); a public one names itself in the body.
+            let basic = match &s.client_secret {
+                Some(secret) => {
+                    let enc = |v: &str| {
+                        url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+                    };
+                    Some(STANDARD.encode(format!(
+                        "{}:{}",
+                        enc(&self.config.client_id),
+                        enc(secret)
+                    )))
+                }
+                None => {
+                    form.append_pair("client_id", &self.config.client_id);
+                    None
+                }
+            };
+            if basic.is_none() && self.config.grant == Grant::ClientCredentials {
+                return Err(TokenError::Missing("client secret"));
+            }
+            (SecretString::from(form.finish()), basic)
+        };
+        let uri: Uri = self
+            .config
+            .token_url
+            .as_str()
+            .parse()
+            .map_err(|_| TokenError::Unreachable("the token URL is not a URI".into()))?;
+        let mut req = Request::new(Bytes::from(body.expose_secret().to_string()));
+        *req.method_mut() = Method::POST;
+        let h = req.headers_mut();
+        if let Some(host) = uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            h.insert(header::HOST, host);
+        }
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        );
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        if let Some(b) = basic {
+            let mut v = HeaderValue::from_str(&format!("Basic {b}"))
+                .map_err(|_| TokenError::Missing("usable client secret"))?;
+            v.set_sensitive(true);
+            h.insert(header::AUTHORIZATION, v);
+        }
+        *req.uri_mut() = uri;
+        let resp = client.send(req).await.map_err(|e| {
+            TokenError::Unreachable(match e {
+                SendError::Connect(_) => "could not connect".into(),
+                SendError::Http(_) => "the HTTP exchange broke".into(),
+            })
+        })?;
+        let status = resp.status();
+        let bytes = Limited::new(resp.into_body(), MAX_TOKEN_RESPONSE)
+            .collect()
+            .await
+            .map_err(|_| TokenError::BadResponse("unreadable or too large"))?
+            .to_bytes();
+        #[derive(Deserialize)]
+        struct Answer {
+            access_token: Option<String>,
+            token_type: Option<String>,
+            expires_in: Option<f64>,
+            refresh_token: Option<String>,
+            error: Option<String>,
+            error_description: Option<String>,
+        }
+        let a: Option<Answer> = serde_json::from_slice(&bytes).ok();
+        if !status.is_success() {
+            return Err(
+                match a.and_then(|a| a.error.map(|e| (e, a.error_description))) {
+                    Some((code, description)) => TokenError::Refused {
+                        code: printable(&code),
+                        description: description.map(|d| printable(&d)),
+                    },
+                    None => TokenError::Status(status.as_u16()),
+                },
+            );
+        }
+        let a = a.ok_or(TokenError::BadResponse("not JSON"))?;
+        if let Some(code) = a.error {
+            return Err(TokenError::Refused {
+                code: printable(&code),
+                description: a.error_description.map(|d| printable(&d)),
+            });
+        }
+        let token = a
+            .access_token
+            .filter(|t| !t.is_empty())
+            .ok_or(TokenError::BadResponse("no access_token"))?;
+        if a.token_type
+            .as_deref()
+            .is_some_and(|t| !t.eq_ignore_ascii_case("bearer"))
+        {
+            return Err(TokenError::BadResponse("the token_type is not Bearer"));
+        }
+        let expires_at = a
+            .expires_in
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| SystemTime::now() + Duration::from_secs_f64(s.min(1e9)));
+        let rotated = match a.refresh_token {
+            Some(new) if self.config.grant == Grant::RefreshToken => {
+                let mut s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+                let changed = s.refresh_token.as_deref() != Some(new.as_str());
+                s.refresh_token = Some(new);
+                changed
+            }
+            _ => false,
+        };
+        Ok((SecretString::from(token), expires_at, rotated))
+    }
+}
+
+/// `Authorization: Bearer <token>`, with a redactor for the token.
+fn bearer(token: &SecretString) -> Result<Injection, crate::credentials::CredentialError> {
+    injection(Scheme::Bearer, None, None, token)
+}
+
+/// What the server said, cut to printable ASCII and 200 characters (it
+/// reaches the caller and the log).
+fn printable(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .take(200)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_code_never_a_secret() {
+        let e = TokenError::Refused {
+            code: "invalid_grant".into(),
+            description: Some("refresh token revoked".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the token endpoint refused: invalid_grant (refresh token revoked)"
+        );
+        assert_eq!(printable("bad\r\nX-Injected: 1\u{7}"), "badX-Injected: 1");
+        assert_eq!(printable(&"x".repeat(500)).len(), 200);
+    }
+
+    #[test]
+    fn freshness_honours_the_margin() {
+        let inj = bearer(&SecretString::from("t".to_string())).unwrap();
+        let t = Token {
+            injection: inj.clone(),
+            expires_at: Some(SystemTime::now() + Duration::from_secs(30)),
+        };
+        assert!(t.fresh(Duration::from_secs(10)));
+        assert!(!t.fresh(Duration::from_secs(60)));
+        let forever = Token {
+            injection: inj,
+            expires_at: None,
+        };
+        assert!(forever.fresh(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = OAuthSecrets {
+            client_secret: Some("cs-123".into()),
+            refresh_token: Some("rt-456".into()),
+        };
+        let d = format!("{s:?}");
+        assert!(!d.contains("cs-123") && !d.contains("rt-456"), "{d}");
+    }
+}
