@@ -27,6 +27,8 @@ pub enum AdminError {
     BadTokenUrl(String, &'static str),
     #[error("{0}")]
     OAuth(&'static str),
+    #[error("{0}")]
+    Key(String),
 }
 
 /// A credential definition as given on the command line.
@@ -312,4 +314,154 @@ mod tests {
         assert!(connection_id("http://h/c/a/b").is_err());
         assert!(connection_id("a b").is_err());
     }
+}
+
+/// What `key rotate` did.
+#[derive(Debug)]
+pub struct Rotated {
+    pub new_id: String,
+    pub resealed: usize,
+    /// The key file now holding the new key first, if the ring is a file.
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// Re-seal every secret under a new master key, in one transaction, while
+/// `serve` keeps serving. With a key file: the new key is first added to
+/// the file as an extra key (serving processes re-read the file at their
+/// next reload, which the re-seal triggers, so they open both), then every
+/// secret is re-sealed, then the new key becomes the current one; the old
+/// keys stay in the file to open anything sealed meanwhile, until `key
+/// status` shows them unused. With `TESSERA_MASTER_KEY`, the new key comes
+/// from `new_key` and the environment of serving processes is the admin's
+/// to update.
+pub async fn key_rotate(
+    store: &Store,
+    key: &MasterKey,
+    new_key: Option<String>,
+) -> Result<Rotated, AdminError> {
+    use crate::secrets::{key_id_hex, new_key_base64, SealError};
+    let file = key.file().map(std::path::Path::to_path_buf);
+    let new_b64 = match (new_key, &file) {
+        (Some(k), _) => k.trim().to_string(),
+        (None, Some(_)) => new_key_base64(),
+        (None, None) => {
+            return Err(AdminError::Key(
+                "TESSERA_MASTER_KEY is set: give the new key in TESSERA_MASTER_KEY_NEW".into(),
+            ))
+        }
+    };
+    let old: Vec<String> = match &file {
+        Some(f) => std::fs::read_to_string(f)
+            .map_err(|e| AdminError::Key(format!("reading {}: {e}", f.display())))?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => Vec::new(),
+    };
+    let next = MasterKey::load(
+        Some(&format!("{new_b64},{}", old.join(","))),
+        std::path::Path::new("."),
+    )
+    .or_else(|_| MasterKey::load(Some(&new_b64), std::path::Path::new(".")))
+    .map_err(|e: SealError| AdminError::Key(format!("TESSERA_MASTER_KEY_NEW: {e}")))?;
+    let new_id = next.ids()[0];
+    if key.ids().contains(&new_id) && key.ids()[0] == new_id {
+        return Err(AdminError::Key(
+            "the new key is already the current key".into(),
+        ));
+    }
+    if let Some(f) = &file {
+        // Serving processes learn the new key before anything uses it.
+        let mut lines = old.clone();
+        lines.retain(|l| *l != new_b64);
+        lines.push(new_b64.clone());
+        replace_key_file(f, &lines)?;
+    }
+    let mut resealed = Vec::new();
+    for (table, name, sealed) in store.sealed_values().await? {
+        let aad = match table {
+            "credentials" => crate::store::credential_aad(&name),
+            _ => crate::oauth::token_aad(&name),
+        };
+        let secret = key.open(&aad, &sealed).map_err(|_| StoreError::Sealed {
+            credential: name.clone(),
+        })?;
+        resealed.push((table, name, next.seal(&aad, &secret)));
+    }
+    store.reseal(&resealed).await?;
+    if let Some(f) = &file {
+        let mut lines = vec![new_b64.clone()];
+        lines.extend(old.into_iter().filter(|l| *l != new_b64));
+        replace_key_file(f, &lines)?;
+        // Serving processes reload the ring now and seal with the new key.
+        store.reseal(&[]).await?;
+    }
+    Ok(Rotated {
+        new_id: key_id_hex(&new_id),
+        resealed: resealed.len(),
+        file,
+    })
+}
+
+/// Write the key file whole: a private temporary file renamed over it.
+fn replace_key_file(path: &std::path::Path, lines: &[String]) -> Result<(), AdminError> {
+    use std::io::Write;
+    let tmp = path.with_extension("key.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp)?;
+        f.write_all(format!("{}\n", lines.join("\n")).as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| AdminError::Key(format!("writing {}: {e}", path.display())))
+}
+
+/// One key id and what uses it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyUse {
+    pub id: String,
+    pub in_ring: bool,
+    pub current: bool,
+    /// Sealed values under this key.
+    pub sealed: usize,
+}
+
+/// Which key ids seal the stored secrets, and which keys the ring holds.
+/// Values sealed before key ids are counted under id "legacy".
+pub async fn key_status(store: &Store, key: &MasterKey) -> Result<Vec<KeyUse>, AdminError> {
+    use crate::secrets::{key_id_hex, sealed_key_id};
+    let ring: Vec<String> = key.ids().iter().map(key_id_hex).collect();
+    let mut uses: Vec<KeyUse> = ring
+        .iter()
+        .enumerate()
+        .map(|(i, id)| KeyUse {
+            id: id.clone(),
+            in_ring: true,
+            current: i == 0,
+            sealed: 0,
+        })
+        .collect();
+    for (_, _, sealed) in store.sealed_values().await? {
+        let id = sealed_key_id(&sealed).map_or_else(|| "legacy".to_string(), |i| key_id_hex(&i));
+        match uses.iter_mut().find(|u| u.id == id) {
+            Some(u) => u.sealed += 1,
+            None => uses.push(KeyUse {
+                id,
+                in_ring: false,
+                current: false,
+                sealed: 1,
+            }),
+        }
+    }
+    Ok(uses)
 }

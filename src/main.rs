@@ -54,6 +54,9 @@ enum Cmd {
     /// external authorizer.
     #[command(subcommand)]
     Approval(ApprovalCmd),
+    /// The master key ring that seals stored secrets.
+    #[command(subcommand)]
+    Key(KeyCmd),
     /// The audit trail of authorization decisions, oldest first.
     Audit {
         #[arg(long)]
@@ -74,6 +77,17 @@ enum Cmd {
         #[arg(long)]
         follow: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// Re-seal every stored secret under a new master key, in one
+    /// transaction, while serve keeps serving. The new key comes from
+    /// TESSERA_MASTER_KEY_NEW, or is generated into master.key.
+    Rotate,
+    /// Which key ids the stored secrets are sealed with, and which keys the
+    /// ring holds.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -356,6 +370,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Connection(c) => connection(&data_dir, c).await,
         Cmd::Policy(c) => policy(&data_dir, c).await,
         Cmd::Approval(c) => approval(&data_dir, c).await,
+        Cmd::Key(c) => key(&data_dir, c).await,
         Cmd::Audit {
             caller,
             connection,
@@ -434,7 +449,7 @@ async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
         } => {
             let p = load_policies(policies.as_deref())?;
             let store = Store::open_data_dir(data_dir).await?;
-            let key = master_key(data_dir)?;
+            let key = existing_master_key(data_dir, &store).await?;
             let snap = tessera::snapshot::Snapshot::load(&store, &key, p.schema()).await?;
             let who = snap
                 .callers
@@ -568,6 +583,57 @@ fn master_key(data_dir: &std::path::Path) -> Result<MasterKey> {
     Ok(MasterKey::load(env.as_deref(), data_dir)?)
 }
 
+/// The master key for a store that may already hold sealed secrets: then a
+/// missing key is an error, never a new key that would open none of them.
+async fn existing_master_key(data_dir: &std::path::Path, store: &Store) -> Result<MasterKey> {
+    if store.sealed_values().await?.is_empty() {
+        return master_key(data_dir);
+    }
+    let env = std::env::var("TESSERA_MASTER_KEY").ok();
+    MasterKey::load_existing(env.as_deref(), data_dir).with_context(|| {
+        "the database holds sealed secrets but no master key was found: set TESSERA_MASTER_KEY or restore master.key in the data dir"
+    })
+}
+
+async fn key(data_dir: &std::path::Path, c: KeyCmd) -> Result<()> {
+    let store = Store::open_data_dir(data_dir).await?;
+    let key = existing_master_key(data_dir, &store).await?;
+    match c {
+        KeyCmd::Rotate => {
+            let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
+            let r = admin::key_rotate(&store, &key, new).await?;
+            println!(
+                "re-sealed {} {} under key {}",
+                r.resealed,
+                if r.resealed == 1 { "secret" } else { "secrets" },
+                r.new_id
+            );
+            match r.file {
+                Some(f) => println!(
+                    "{} now holds the new key first; the old keys stay in it to open anything sealed meanwhile. Remove their lines once `tessera key status` shows them unused.",
+                    f.display()
+                ),
+                None => println!(
+                    "set TESSERA_MASTER_KEY for every process to the new key, then the old ones (comma-separated), until `tessera key status` shows the old ones unused"
+                ),
+            }
+        }
+        KeyCmd::Status => {
+            println!("{:<10} {:<8} {:<8} SEALED", "KEY", "RING", "CURRENT");
+            for u in admin::key_status(&store, &key).await? {
+                println!(
+                    "{:<10} {:<8} {:<8} {}",
+                    u.id,
+                    if u.in_ring { "yes" } else { "MISSING" },
+                    if u.current { "yes" } else { "" },
+                    u.sealed
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn serve(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
     let log = tessera::logging::Buffered::stderr();
     tracing_subscriber::fmt()
@@ -609,7 +675,9 @@ async fn serve_logged(
     })?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
     let store = Store::open_data_dir(data_dir).await?;
-    let key = master_key(data_dir)?;
+    let key = existing_master_key(data_dir, &store)
+        .await
+        .context("not serving")?;
     tracing::info!(policies = %policies.origin, count = policies.len(), "policies loaded");
     let (state, _refresher) =
         tessera::server::State::start(cfg.clone(), store, key, policies).await?;
@@ -793,7 +861,7 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
         }
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
-            let key = master_key(data_dir)?;
+            let key = existing_master_key(data_dir, &store).await?;
             admin::credential_set_secret(&store, &key, &name, secret).await?;
             println!("credential {name}: secret replaced");
         }

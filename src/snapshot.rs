@@ -68,10 +68,10 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Build a snapshot from the store, opening every sealed secret.
-    /// A credential that fails to open (wrong master key, tampered row) is
-    /// left out with an error logged, so its connections answer 404 rather
-    /// than forward with a wrong credential.
+    /// Build a snapshot from the store, opening every sealed secret. A
+    /// secret that fails to open (wrong master key, tampered row) fails the
+    /// whole load: serving without a credential, or with another key's
+    /// idea of it, is worse than not starting.
     pub async fn load(
         store: &Store,
         key: &MasterKey,
@@ -80,16 +80,22 @@ impl Snapshot {
         // Read the revision first: a change racing with the load then bumps
         // it past what we record and triggers another load.
         let revision = store.revision().await?;
+        // A key rotation writes the new key into the key file before it
+        // re-seals; re-reading the ring here lets this load open both.
+        if let Err(e) = key.reload() {
+            tracing::warn!(error = %e, "re-reading the master key file failed; keeping the keys in force");
+        }
         let mut upstreams = HashMap::new();
         let mut tokens = store.oauth_tokens().await?;
         for c in store.credentials().await? {
-            let secret = match key.open(&credential_aad(&c.name), &c.sealed) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(credential = %c.name, error = %e, "credential left out");
-                    continue;
-                }
-            };
+            // A secret that does not open means the wrong master key: no
+            // snapshot rather than one without credentials (at start,
+            // serve refuses to start; while serving, the last one stays).
+            let secret =
+                key.open(&credential_aad(&c.name), &c.sealed)
+                    .map_err(|_| StoreError::Sealed {
+                        credential: c.name.clone(),
+                    })?;
             let cached = tokens.remove(&c.name);
             let built = Url::parse(&c.upstream)
                 .map_err(|e| e.to_string())

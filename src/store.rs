@@ -32,6 +32,8 @@ pub enum StoreError {
     },
     #[error("{what}")]
     Unchanged { what: String },
+    #[error("the sealed secret of credential {credential:?} does not open with the master key in use: give the right key (TESSERA_MASTER_KEY, or master.key in the data dir)")]
+    Sealed { credential: String },
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
     #[error("applying migrations: {0}")]
@@ -262,6 +264,52 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every sealed value: (table, row name, sealed blob). Credentials'
+    /// secrets and cached OAuth tokens.
+    pub async fn sealed_values(&self) -> Result<Vec<(&'static str, String, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for r in sqlx::query("SELECT name, sealed FROM credentials ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?
+        {
+            out.push(("credentials", r.try_get("name")?, r.try_get("sealed")?));
+        }
+        for r in sqlx::query("SELECT credential, sealed FROM oauth_tokens ORDER BY credential")
+            .fetch_all(&self.pool)
+            .await?
+        {
+            out.push((
+                "oauth_tokens",
+                r.try_get("credential")?,
+                r.try_get("sealed")?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Replace sealed values (as [`Store::sealed_values`] names them) in one
+    /// transaction, and bump the revision so serving processes reload.
+    pub async fn reseal(
+        &self,
+        values: &[(&'static str, String, Vec<u8>)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for (table, name, sealed) in values {
+            let sql = match *table {
+                "credentials" => "UPDATE credentials SET sealed = ? WHERE name = ?",
+                _ => "UPDATE oauth_tokens SET sealed = ? WHERE credential = ?",
+            };
+            sqlx::query(sql)
+                .bind(sealed)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Self::bump(&mut tx).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -6,6 +6,7 @@ mod audit;
 mod cli;
 mod ext_authz;
 mod forwarding;
+mod keys;
 mod oauth;
 mod policies;
 mod pool;
