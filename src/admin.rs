@@ -41,7 +41,7 @@ pub struct CredentialSpec<'a> {
     pub secret: SecretString,
 }
 
-fn check_name(name: &str) -> Result<(), AdminError> {
+pub fn check_name(name: &str) -> Result<(), AdminError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -140,6 +140,7 @@ pub async fn credential_add_oauth(
         client_id: spec.client_id.to_string(),
         scopes: spec.scopes,
         audience: spec.audience,
+        resource: None,
         grant,
     };
     let secrets = OAuthSecrets {

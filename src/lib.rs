@@ -41,6 +41,7 @@ pub mod forward;
 pub mod h1;
 pub mod jsonrpc;
 pub mod logging;
+pub mod login;
 pub mod oauth;
 pub mod policy;
 pub mod pool;

@@ -294,6 +294,28 @@ enum CredentialCmd {
         #[command(flatten)]
         secret: SecretSource,
     },
+    /// Register an upstream that needs a person's consent: discover its
+    /// authorization server (MCP authorization spec), register a client
+    /// when no --client-id is given, print a URL to authorize tessera, and
+    /// store the resulting tokens sealed.
+    Login {
+        name: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long)]
+        client_id: Option<String>,
+        /// An environment variable holding the client secret, for a
+        /// confidential client given with --client-id.
+        #[arg(long, requires = "client_id")]
+        client_secret_env: Option<String>,
+        /// A scope to ask for (repeatable; default: the scopes the
+        /// upstream's metadata lists).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// How long to wait for the authorization, in seconds.
+        #[arg(long, default_value_t = 300)]
+        wait_s: u64,
+    },
     List(ListArgs),
 }
 
@@ -864,6 +886,37 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
             let key = existing_master_key(data_dir, &store).await?;
             admin::credential_set_secret(&store, &key, &name, secret).await?;
             println!("credential {name}: secret replaced");
+        }
+        CredentialCmd::Login {
+            name,
+            upstream,
+            client_id,
+            client_secret_env,
+            scopes,
+            wait_s,
+        } => {
+            admin::check_name(&name)?;
+            let upstream = admin::check_upstream(&upstream)?;
+            let client_secret = client_secret_env
+                .as_deref()
+                .map(|v| read_secret(Some(v)))
+                .transpose()?;
+            let key = master_key(data_dir)?;
+            let client = tessera::forward::client(Duration::from_secs(10), Duration::from_secs(30));
+            let spec = tessera::login::LoginSpec {
+                name,
+                upstream,
+                client_id,
+                client_secret,
+                scopes,
+                wait: Duration::from_secs(wait_s.max(1)),
+            };
+            tessera::login::login(&store, &key, &client, spec, |line| {
+                use std::io::Write;
+                println!("{line}");
+                let _ = std::io::stdout().flush();
+            })
+            .await?;
         }
         CredentialCmd::List(l) => {
             let rows = store.credentials().await?;

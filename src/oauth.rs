@@ -44,6 +44,10 @@ pub struct OAuthConfig {
     pub scopes: Vec<String>,
     #[serde(default)]
     pub audience: Option<String>,
+    /// The resource indicator (RFC 8707) sent with token requests: the
+    /// upstream's URL, for credentials made by `credential login`.
+    #[serde(default)]
+    pub resource: Option<String>,
     pub grant: Grant,
 }
 
@@ -275,6 +279,9 @@ impl OAuthSource {
             }
             if let Some(a) = &self.config.audience {
                 form.append_pair("audience", a);
+            }
+            if let Some(r) = &self.config.resource {
+                form.append_pair("resource", r);
             }
             // A confidential client authenticates with HTTP Basic (RFC 6749
             // §2.3.1); a public one names itself in the body.

@@ -42,6 +42,11 @@ struct AsState {
     mode: Option<Mode>,
     /// The MCP endpoint refuses every token.
     reject_all: bool,
+    base: String,
+    /// Dynamically registered clients and their redirect URIs.
+    registered: Vec<(String, Vec<String>)>,
+    /// Authorization codes: code → (client, redirect, S256 challenge).
+    codes: std::collections::HashMap<String, (String, String, String)>,
 }
 
 struct AuthServer {
@@ -60,6 +65,7 @@ impl AuthServer {
             rotate,
             refresh: Some(FIRST_REFRESH.into()),
             mode: Some(Mode::Normal),
+            base: base.clone(),
             ..Default::default()
         }));
         let gate = Arc::new(Notify::new());
@@ -123,7 +129,11 @@ async fn serve(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
     let body = req.into_body().collect().await.unwrap().to_bytes();
+    if let Some(r) = discovery(&path, &query, &body, &st) {
+        return r;
+    }
     if path == "/mcp" {
         // The protected MCP endpoint: only live tokens this server issued.
         let token = auth.strip_prefix("Bearer ").unwrap_or("");
@@ -132,9 +142,13 @@ async fn serve(
             s.valid.contains(token) && !s.reject_all
         };
         if !ok {
+            let hint = format!(
+                "Bearer error=\"invalid_token\", resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+                st.lock().unwrap().base
+            );
             return hyper::Response::builder()
                 .status(401)
-                .header("www-authenticate", "Bearer error=\"invalid_token\"")
+                .header("www-authenticate", hint)
                 .body(Full::new(Bytes::new()))
                 .unwrap();
         }
@@ -180,8 +194,35 @@ async fn serve(
         Some("client_credentials") => {
             return json(401, serde_json::json!({"error":"invalid_client"}));
         }
+        Some("authorization_code") => {
+            let code = form.get("code").cloned().unwrap_or_default();
+            let Some((client, redirect, challenge)) = s.codes.remove(&code) else {
+                return json(400, serde_json::json!({"error":"invalid_grant"}));
+            };
+            let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+            let derived = base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                sha2::Digest::finalize(sha2::Digest::chain_update(
+                    <sha2::Sha256 as sha2::Digest>::new(),
+                    verifier.as_bytes(),
+                )),
+            );
+            let resource = format!("{}/mcp", s.base);
+            if form.get("client_id") != Some(&client)
+                || form.get("redirect_uri") != Some(&redirect)
+                || derived != challenge
+                || form.get("resource") != Some(&resource)
+            {
+                return json(
+                    400,
+                    serde_json::json!({"error":"invalid_grant","error_description":"PKCE, client, redirect or resource mismatch"}),
+                );
+            }
+            s.rotate = true;
+        }
         Some("refresh_token") => {
-            if form.get("client_id").map(String::as_str) != Some(CLIENT_ID) {
+            let client = form.get("client_id").map(String::as_str).unwrap_or("");
+            if client != CLIENT_ID && !s.registered.iter().any(|(c, _)| c == client) {
                 return json(401, serde_json::json!({"error":"invalid_client"}));
             }
             if form.get("refresh_token") != s.refresh.as_ref() {
@@ -196,12 +237,94 @@ async fn serve(
     let mut answer = serde_json::json!({
         "access_token": token, "token_type": "Bearer", "expires_in": s.expires_in,
     });
-    if form.get("grant_type").map(String::as_str) == Some("refresh_token") && s.rotate {
+    if matches!(
+        form.get("grant_type").map(String::as_str),
+        Some("refresh_token" | "authorization_code")
+    ) && s.rotate
+    {
         let next = format!("refresh-{}-Vb9mK4sL", s.issued);
         s.refresh = Some(next.clone());
         answer["refresh_token"] = next.into();
     }
     json(200, answer)
+}
+
+/// The discovery, registration and authorization endpoints of the flow
+/// `credential login` drives.
+fn discovery(
+    path: &str,
+    query: &str,
+    body: &[u8],
+    st: &Arc<Mutex<AsState>>,
+) -> Option<hyper::Response<Full<Bytes>>> {
+    let mut s = st.lock().unwrap();
+    let base = s.base.clone();
+    Some(match path {
+        "/.well-known/oauth-protected-resource/mcp" => json(
+            200,
+            serde_json::json!({"resource": format!("{base}/mcp"), "authorization_servers": [base], "scopes_supported": ["mcp"]}),
+        ),
+        "/.well-known/oauth-authorization-server" => json(
+            200,
+            serde_json::json!({
+                "issuer": base, "authorization_endpoint": format!("{base}/authorize"),
+                "token_endpoint": format!("{base}/token"), "registration_endpoint": format!("{base}/register"),
+                "code_challenge_methods_supported": ["S256"],
+            }),
+        ),
+        "/register" => {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+            let redirects: Vec<String> = v["redirect_uris"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let id = format!("dyn-{}", s.registered.len() + 1);
+            s.registered.push((id.clone(), redirects));
+            json(201, serde_json::json!({"client_id": id}))
+        }
+        "/authorize" => {
+            // The person said yes: redirect with a code, if the request is
+            // one a real server would accept.
+            let q: std::collections::HashMap<String, String> =
+                url::form_urlencoded::parse(query.as_bytes())
+                    .into_owned()
+                    .collect();
+            let client = q.get("client_id").cloned().unwrap_or_default();
+            let redirect = q.get("redirect_uri").cloned().unwrap_or_default();
+            let known = s
+                .registered
+                .iter()
+                .any(|(c, r)| *c == client && r.contains(&redirect));
+            let ok = known
+                && q.get("response_type").map(String::as_str) == Some("code")
+                && q.get("code_challenge_method").map(String::as_str) == Some("S256")
+                && q.get("resource") == Some(&format!("{base}/mcp"))
+                && q.get("scope").map(String::as_str) == Some("mcp");
+            if !ok {
+                return Some(json(400, serde_json::json!({"error": "invalid_request"})));
+            }
+            let code = format!("code-{}", s.codes.len() + 1);
+            s.codes.insert(
+                code.clone(),
+                (
+                    client,
+                    redirect.clone(),
+                    q.get("code_challenge").cloned().unwrap_or_default(),
+                ),
+            );
+            let state = q.get("state").cloned().unwrap_or_default();
+            hyper::Response::builder()
+                .status(302)
+                .header("location", format!("{redirect}?code={code}&state={state}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        }
+        _ => return None,
+    })
 }
 
 /// Register an OAuth credential on the proxy's data dir, a caller and a
@@ -240,6 +363,11 @@ async fn oauth_agent(p: &Proxy, auth: &AuthServer, refresh: bool) -> Agent {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    agent_on_saas(p).await
+}
+
+/// A caller "agent" and a connection to credential "saas", served.
+async fn agent_on_saas(p: &Proxy) -> Agent {
     let token = last_line(&p.cli(&["caller", "add", "agent"]));
     let url = last_line(&p.cli(&[
         "connection",
@@ -418,4 +546,118 @@ async fn token_endpoint_failures_are_a_clear_502() {
         "{msg}"
     );
     assert_eq!(auth.token_requests(), before + 1);
+}
+
+#[tokio::test]
+async fn login_discovers_registers_and_authorizes_headlessly() {
+    use tokio::io::AsyncBufReadExt;
+    let auth = AuthServer::start(3600, false).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let upstream = format!("{}/mcp", auth.base);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["credential", "login", "saas", "--upstream", &upstream])
+        .env("TESSERA_DATA_DIR", p.dir.path())
+        .env_remove("TESSERA_MASTER_KEY")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("login printed no URL")
+            .unwrap()
+            .expect("login ended before printing a URL");
+        said.push(line.clone());
+        if line.starts_with("http") {
+            break line;
+        }
+    };
+    assert!(
+        said[0].starts_with("1/5 reading the protected-resource metadata"),
+        "{said:?}"
+    );
+    assert!(
+        url.contains("code_challenge_method=S256") && url.contains("resource="),
+        "{url}"
+    );
+    // The person opens the URL and says yes; the browser follows the
+    // redirect to tessera's loopback listener.
+    let browser = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = browser.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 302, "{}", r.text().await.unwrap());
+    let back = r.headers()["location"].to_str().unwrap().to_string();
+    assert!(back.starts_with("http://127.0.0.1:"), "{back}");
+    let r = browser.get(&back).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    while let Ok(Some(l)) = lines.next_line().await {
+        said.push(l);
+    }
+    assert!(status.success(), "{said:?}");
+    assert!(
+        said.last().unwrap().contains("credential saas stored"),
+        "{said:?}"
+    );
+    // Nothing secret was printed.
+    let printed = said.join("\n");
+    assert!(
+        !printed.contains("access-1-") && !printed.contains("refresh-1-"),
+        "{printed}"
+    );
+
+    // The credential works through the proxy with the token from the login,
+    // and refreshes with the refresh token (rotated) when refused.
+    let a = agent_on_saas(&p).await;
+    let (s, v) = call(&a).await;
+    assert_eq!(
+        (s, &v["result"]["token"]),
+        (200, &serde_json::json!(1)),
+        "{v}"
+    );
+    auth.revoke_all();
+    let (s, v) = call(&a).await;
+    assert_eq!(
+        (s, &v["result"]["token"]),
+        (200, &serde_json::json!(2)),
+        "{v}"
+    );
+    assert_no_plaintext(p.dir.path(), &["access-2-Tz8kQ3vN", "refresh-2-Vb9mK4sL"]);
+}
+
+#[tokio::test]
+async fn login_names_the_step_that_failed() {
+    // An upstream with no OAuth metadata at all.
+    let up = Upstream::start().await;
+    let dir = Proxy::dir();
+    // Run without blocking the runtime the upstream answers on.
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args([
+            "credential",
+            "login",
+            "x",
+            "--upstream",
+            &up.url("/mcp"),
+            "--wait-s",
+            "1",
+        ])
+        .env("TESSERA_DATA_DIR", dir.path())
+        .env_remove("TESSERA_MASTER_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("login failed at step 1 (protected-resource metadata, RFC 9728)"),
+        "{err}"
+    );
 }
