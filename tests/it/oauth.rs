@@ -546,6 +546,7 @@ async fn token_endpoint_failures_are_a_clear_502() {
         "{msg}"
     );
     assert_eq!(auth.token_requests(), before + 1);
+    assert_logs_lack(&[CLIENT_SECRET, "access-1-Tz8kQ3vN", "access-2-Tz8kQ3vN"]);
 }
 
 #[tokio::test]
@@ -631,6 +632,11 @@ async fn login_discovers_registers_and_authorizes_headlessly() {
         "{v}"
     );
     assert_no_plaintext(p.dir.path(), &["access-2-Tz8kQ3vN", "refresh-2-Vb9mK4sL"]);
+    assert_logs_lack(&[
+        "access-2-Tz8kQ3vN",
+        "refresh-1-Vb9mK4sL",
+        "refresh-2-Vb9mK4sL",
+    ]);
 }
 
 #[tokio::test]

@@ -107,6 +107,7 @@ async fn echoed_secrets_are_redacted_for_every_scheme() {
             }
         }
     }
+    assert_logs_lack(&[&basic_b64]);
     // The upstream did get the real secret: redaction is on the way back.
     assert!(up
         .seen()
@@ -188,4 +189,5 @@ async fn set_secret_reaches_new_requests_and_fails_none() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no credential named \"nope\""));
     assert_no_plaintext(p.dir.path(), &["rotated-secret-Kp3nW8", SECRET]);
+    assert_logs_lack(&["rotated-secret-Kp3nW8"]);
 }

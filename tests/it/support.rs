@@ -346,6 +346,9 @@ impl Proxy {
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
         policies: tessera::policy::Policies,
     ) -> Proxy {
+        // Every data plane logs into the suite's capture, checked for the
+        // canary secret by `assert_logs_lack`.
+        logs();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut cfg = tessera::config::ServeConfig::for_listen(addr);
@@ -612,4 +615,46 @@ pub async fn post_json(a: &Agent, body: String) -> (u16, serde_json::Value) {
         .await
         .unwrap();
     (r.status().as_u16(), r.json().await.unwrap())
+}
+
+/// Every log line the in-process data planes wrote (all tests share one
+/// subscriber), so tests can assert that no secret was ever logged.
+static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("debug,hyper=info,h2=info,rustls=info")
+            .event_format(tessera::logging::Logfmt)
+            .with_writer(move || LogSink(sink.clone()))
+            .try_init();
+        buf
+    })
+}
+
+/// No line logged so far, by any test's data plane, holds one of these
+/// (the suite's canary secret always among them).
+pub fn assert_logs_lack(needles: &[&str]) {
+    let logs = logs().lock().unwrap();
+    assert!(!logs.is_empty(), "no log captured");
+    for n in needles.iter().chain(&[SECRET]) {
+        assert!(
+            !logs.windows(n.len()).any(|w| w == n.as_bytes()),
+            "a secret reached the log"
+        );
+    }
 }
