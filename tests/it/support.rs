@@ -614,7 +614,20 @@ pub async fn post_json(a: &Agent, body: String) -> (u16, serde_json::Value) {
         .send()
         .await
         .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
+    let status = r.status().as_u16();
+    // Nothing a caller receives may hold the canary secret.
+    let mut seen: Vec<u8> = Vec::new();
+    for (k, v) in r.headers() {
+        seen.extend_from_slice(k.as_str().as_bytes());
+        seen.extend_from_slice(v.as_bytes());
+    }
+    let body = r.bytes().await.unwrap();
+    seen.extend_from_slice(&body);
+    assert!(
+        !seen.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+        "the canary secret reached a caller"
+    );
+    (status, serde_json::from_slice(&body).unwrap())
 }
 
 /// Every log line the in-process data planes wrote (all tests share one
