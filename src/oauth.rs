@@ -183,6 +183,28 @@ impl OAuthSource {
         }
     }
 
+    /// Whether `other` (built from the store now) has the same settings:
+    /// then this source, with its newer state, stays in use.
+    pub fn same_settings(&self, other: &OAuthSource) -> bool {
+        self.credential == other.credential && self.config == other.config
+    }
+
+    /// Adopt `other`'s client secret (an admin may have replaced it with
+    /// `credential set-secret`); the refresh token here is the newest and
+    /// stays.
+    pub fn take_client_secret(&self, other: &OAuthSource) {
+        let theirs = other
+            .secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .client_secret
+            .clone();
+        self.secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .client_secret = theirs;
+    }
+
     /// The token to send: the current one while fresh, else a new one.
     pub async fn current(&self, cx: &OAuthContext<'_>) -> Result<Arc<Token>, TokenError> {
         if let Some(t) = self.token.load_full().filter(|t| t.fresh(cx.margin)) {

@@ -77,6 +77,28 @@ impl Snapshot {
         key: &MasterKey,
         schema: &cedar_policy::Schema,
     ) -> Result<Self, StoreError> {
+        Self::load_after(store, key, schema, None).await
+    }
+
+    /// As [`Snapshot::load`], keeping the OAuth token sources of
+    /// `previous` for credentials whose settings did not change: a source
+    /// holds the newest (possibly just rotated) refresh token and the one
+    /// refresh in flight, and a fresh source would race it with a refresh
+    /// token the server may already have retired.
+    pub async fn load_after(
+        store: &Store,
+        key: &MasterKey,
+        schema: &cedar_policy::Schema,
+        previous: Option<&Snapshot>,
+    ) -> Result<Self, StoreError> {
+        let kept: HashMap<&str, &Arc<crate::oauth::OAuthSource>> = previous
+            .into_iter()
+            .flat_map(|p| p.connections.values())
+            .filter_map(|c| match &c.upstream.auth {
+                Auth::OAuth(o) => Some((c.upstream.credential.as_str(), o)),
+                Auth::Static(_) => None,
+            })
+            .collect();
         // Read the revision first: a change racing with the load then bumps
         // it past what we record and triggers another load.
         let revision = store.revision().await?;
@@ -109,9 +131,16 @@ impl Snapshot {
                         )
                         .map(Auth::Static)
                         .map_err(|e| e.to_string())?,
-                        Some(config) => Auth::OAuth(Arc::new(oauth_source(
-                            &c.name, config, &secret, cached, key,
-                        )?)),
+                        Some(config) => {
+                            let fresh = oauth_source(&c.name, config, &secret, cached, key)?;
+                            Auth::OAuth(match kept.get(c.name.as_str()) {
+                                Some(old) if old.same_settings(&fresh) => {
+                                    old.take_client_secret(&fresh);
+                                    (*old).clone()
+                                }
+                                _ => Arc::new(fresh),
+                            })
+                        }
                     };
                     Ok((url, auth))
                 });
@@ -224,7 +253,8 @@ pub async fn refresh_loop(
         }
         reloads.mark_unchanged();
         let policies = authz.policies();
-        match Snapshot::load(&store, &key, policies.schema()).await {
+        let previous = shared.load_full();
+        match Snapshot::load_after(&store, &key, policies.schema(), Some(&previous)).await {
             Ok(s) => {
                 tracing::debug!(revision = s.revision, "snapshot reloaded");
                 shared.store(Arc::new(s));

@@ -667,3 +667,27 @@ async fn login_names_the_step_that_failed() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_reload_keeps_the_token_source() {
+    let auth = AuthServer::start(3600, true).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = oauth_agent(&p, &auth, true).await;
+    assert_eq!(call(&a).await.0, 200);
+    let source = || {
+        let snap = p.state.snapshot.load_full();
+        let c = snap.connections.values().next().unwrap();
+        match &c.upstream.auth {
+            tessera::snapshot::Auth::OAuth(o) => o.clone(),
+            tessera::snapshot::Auth::Static(_) => panic!("not an OAuth credential"),
+        }
+    };
+    let before = source();
+    // Any change reloads the snapshot; the source with the newest refresh
+    // token and any refresh in flight stays the one in use.
+    last_line(&p.cli(&["caller", "add", "someone-else"]));
+    p.synced().await;
+    assert!(std::sync::Arc::ptr_eq(&before, &source()));
+    assert_eq!(call(&a).await.0, 200);
+    assert_eq!(auth.token_requests(), 1);
+}
