@@ -61,8 +61,8 @@ enum Cmd {
     Audit {
         #[arg(long)]
         caller: Option<String>,
-        /// A connection id (the last part of its URL).
-        #[arg(long)]
+        /// A connection id (the last part of its URL; it may begin with '-').
+        #[arg(long, allow_hyphen_values = true)]
         connection: Option<String>,
         /// Only records this recent: 30s, 15m, 1h, 7d.
         #[arg(long)]
@@ -127,8 +127,8 @@ enum PolicyCmd {
     Explain {
         #[arg(long)]
         caller: String,
-        /// The connection id (the last part of its URL).
-        #[arg(long)]
+        /// The connection id (the last part of its URL; it may begin with '-').
+        #[arg(long, allow_hyphen_values = true)]
         connection: String,
         /// The JSON-RPC method (tools/call, tools/list, …).
         #[arg(long, required_unless_present = "http_method")]
@@ -346,6 +346,8 @@ enum ConnectionCmd {
         public_url: Option<String>,
     },
     Revoke {
+        /// The connection's id or URL (an id may begin with '-').
+        #[arg(allow_hyphen_values = true)]
         id_or_url: String,
     },
     List(ListArgs),

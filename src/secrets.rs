@@ -262,11 +262,17 @@ pub fn new_caller_token() -> SecretString {
     ))
 }
 
-/// A new connection id: 192 random bits, URL-safe.
+/// A new connection id: 192 random bits, URL-safe, starting with a letter
+/// or digit (an id starting with '-' reads as a flag on a command line).
 pub fn new_connection_id() -> String {
-    let mut b = [0u8; 24];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    URL_SAFE_NO_PAD.encode(b)
+    loop {
+        let mut b = [0u8; 24];
+        rand::rngs::OsRng.fill_bytes(&mut b);
+        let id = URL_SAFE_NO_PAD.encode(b);
+        if id.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+            return id;
+        }
+    }
 }
 
 /// The SHA-256 digest under which a caller token is stored and looked up.
@@ -374,6 +380,15 @@ mod tests {
         k.reload().unwrap();
         assert_eq!(k.ids().len(), 2);
         assert_eq!(k.ids()[1], first[0]);
+    }
+
+    #[test]
+    fn connection_ids_never_read_as_flags() {
+        for _ in 0..2000 {
+            let id = new_connection_id();
+            assert!(id.starts_with(|c: char| c.is_ascii_alphanumeric()), "{id}");
+            assert_eq!(id.len(), 32);
+        }
     }
 
     #[test]
