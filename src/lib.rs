@@ -11,8 +11,9 @@
 //! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
 //! - [`authz`]: the `Authorizer` decision ([`policy`]: Cedar; [`ext_authz`]:
 //!   the external authorizer; [`approvals`]: calls held for a person);
-//! - [`forward`]: strip the caller's credentials, inject the stored one,
-//!   send on the one pooled client ([`pool`]);
+//! - [`forward`]: strip the caller's credentials, inject the stored one
+//!   (or the current [`oauth`] token), send on the one pooled client
+//!   ([`pool`], [`h1`]);
 //! - [`filter`]: response headers and upstream 401/403 on the way back;
 //!   [`redact`]: the injected secret replaced wherever it comes back;
 //!   [`tool_list`]: `tools/list` answers cut to the tools a caller may call;
@@ -22,6 +23,8 @@
 //! in memory, refreshed from the store off the hot path), [`store`] (the
 //! database), [`secrets`] (sealing and token generation), [`credentials`]
 //! (how a secret becomes a header), [`admin`] (the CLI's commands),
+//! [`login`] (the interactive OAuth flow of `credential login`), [`audit`]
+//! (the decision trail),
 //! [`config`] (validated settings), [`logging`] (the buffered logfmt log).
 
 #![forbid(unsafe_code)]
