@@ -137,8 +137,9 @@ pub struct Redacted<B> {
     redactor: Arc<Redactor>,
     /// Bytes that could begin an occurrence, waiting for the next frame.
     held: BytesMut,
-    /// Trailers that arrived while bytes were held: sent after them.
-    trailers: Option<Frame<Bytes>>,
+    /// Trailers that arrived while bytes were held: sent after them
+    /// (boxed: rare, and an open stream should not carry their size).
+    trailers: Option<Box<Frame<Bytes>>>,
     done: bool,
 }
 
@@ -161,7 +162,7 @@ where
                     // The end: what was held cannot start anything now.
                     return Poll::Ready(Some(Ok(Frame::data(this.held.split().freeze()))));
                 }
-                return Poll::Ready(this.trailers.take().map(Ok));
+                return Poll::Ready(this.trailers.take().map(|t| Ok(*t)));
             }
             let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 None => {
@@ -174,7 +175,7 @@ where
             let data = match frame.into_data() {
                 Ok(d) => d,
                 Err(trailers) => {
-                    this.trailers = Some(trailers);
+                    this.trailers = Some(Box::new(trailers));
                     this.done = true;
                     continue;
                 }
@@ -269,6 +270,21 @@ mod tests {
         // One byte per frame.
         let bytes = text.iter().map(|b| vec![*b]).collect();
         assert_eq!(through(bytes).await, want);
+    }
+
+    #[tokio::test]
+    async fn trailers_follow_the_held_bytes() {
+        let frames = vec![
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"x s3c"))),
+            Ok(Frame::trailers(HeaderMap::new())),
+        ];
+        let mut body = redactor().body(StreamBody::new(futures_util::stream::iter(frames)));
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "x ");
+        let held = body.frame().await.unwrap().unwrap();
+        assert_eq!(held.into_data().unwrap(), "s3c");
+        assert!(body.frame().await.unwrap().unwrap().is_trailers());
+        assert!(body.frame().await.is_none());
     }
 
     #[tokio::test]
