@@ -57,6 +57,9 @@ enum Cmd {
     /// The master key ring that seals stored secrets.
     #[command(subcommand)]
     Key(KeyCmd),
+    /// Apply the database migrations (serve and every command also do at
+    /// start) and print the schema version.
+    Migrate,
     /// The audit trail of authorization decisions, oldest first.
     Audit {
         #[arg(long)]
@@ -395,6 +398,11 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Policy(c) => policy(&data_dir, c).await,
         Cmd::Approval(c) => approval(&data_dir, c).await,
         Cmd::Key(c) => key(&data_dir, c).await,
+        Cmd::Migrate => {
+            Store::open_data_dir(&data_dir).await?;
+            println!("schema at migration {}", Store::schema_version());
+            Ok(())
+        }
         Cmd::Audit {
             caller,
             connection,

@@ -38,6 +38,8 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     #[error("applying migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the database's schema is at migration {found}, newer than this tessera knows (up to {known}): run the newer tessera that migrated it, or restore a backup")]
+    NewerSchema { found: i64, known: i64 },
 }
 
 /// A credential row. `sealed` is the AEAD blob; it is opened only when a
@@ -104,7 +106,9 @@ pub struct Store {
     pool: SqlitePool,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// The SQLite schema's migrations (`migrations/sqlite/`), applied at start
+/// and by `tessera migrate`.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 fn now() -> i64 {
     SystemTime::now()
@@ -142,8 +146,21 @@ impl Store {
             .max_connections(4)
             .connect_with(opts)
             .await?;
-        MIGRATOR.run(&pool).await?;
+        match MIGRATOR.run(&pool).await {
+            Err(sqlx::migrate::MigrateError::VersionMissing(found)) => {
+                return Err(StoreError::NewerSchema {
+                    found,
+                    known: Self::schema_version(),
+                })
+            }
+            r => r?,
+        }
         Ok(Self { pool })
+    }
+
+    /// The newest migration this build knows.
+    pub fn schema_version() -> i64 {
+        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
     }
 
     /// The change counter; moves on every write.

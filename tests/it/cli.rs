@@ -258,3 +258,41 @@ async fn serve_binary_logs_no_secret() {
     }
     assert_no_plaintext(d, &[SECRET, &a.token, &denied.token]);
 }
+
+#[tokio::test]
+async fn a_database_from_a_newer_tessera_is_refused() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let o = cli(d, &["migrate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let known = tessera::store::Store::schema_version();
+    assert_eq!(last_line(&o), format!("schema at migration {known}"));
+    // A newer tessera applied a migration this one does not know.
+    {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(d.join("tessera.db"));
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (99999, 'from the future', 1, x'00', 0)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    }
+    for args in [
+        &["migrate"][..],
+        &["serve", "--listen", "127.0.0.1:0"],
+        &["caller", "list"],
+    ] {
+        let o = cli(d, args);
+        assert!(!o.status.success(), "{args:?} ran on a newer schema");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "schema is at migration 99999, newer than this tessera knows (up to {known})"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}
