@@ -21,7 +21,8 @@
 //!
 //! Around them: [`snapshot`] (callers, connections and opened credentials
 //! in memory, refreshed from the store off the hot path), [`store`] (the
-//! database), [`secrets`] (sealing and token generation), [`credentials`]
+//! database: SQLite or Postgres), [`changes`] (Postgres NOTIFY between
+//! replicas), [`secrets`] (sealing and token generation), [`credentials`]
 //! (how a secret becomes a header), [`admin`] (the CLI's commands),
 //! [`login`] (the interactive OAuth flow of `credential login`), [`audit`]
 //! (the decision trail),
@@ -35,6 +36,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod body;
+pub mod changes;
 pub mod config;
 pub mod credentials;
 pub mod error;

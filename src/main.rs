@@ -30,8 +30,30 @@ struct Cli {
         global = true
     )]
     data_dir: PathBuf,
+    /// The database: sqlite://PATH, or postgres://USER@HOST/DB for
+    /// replicas sharing one store (default: tessera.db in the data dir).
+    #[arg(long, env = "TESSERA_DATABASE_URL", global = true)]
+    database_url: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// Where this process keeps its state: the data dir (the master key file,
+/// and the SQLite database unless another database is named).
+struct Place {
+    data_dir: PathBuf,
+    database: Option<tessera::store::DatabaseUrl>,
+}
+
+impl Place {
+    async fn store(&self) -> Result<Store> {
+        Store::open(&self.data_dir, self.database.as_ref())
+            .await
+            .with_context(|| match &self.database {
+                Some(url) => format!("opening the database {url}"),
+                None => format!("opening the database in {}", self.data_dir.display()),
+            })
+    }
 }
 
 #[derive(Subcommand)]
@@ -126,6 +148,10 @@ enum PolicyCmd {
         /// The folder (default: ./policies when present, else the built-in set).
         dir: Option<PathBuf>,
     },
+    /// Ask every serving process on this database (every replica) to read
+    /// its policy folder again, as SIGHUP does for one process. A folder
+    /// that does not validate leaves that process on its current set.
+    Reload,
     /// Show the decision for a request, and the policies that made it.
     Explain {
         #[arg(long)]
@@ -389,18 +415,21 @@ fn main() {
 }
 
 async fn dispatch(cli: Cli) -> Result<()> {
-    let data_dir = cli.data_dir;
+    let at = Place {
+        database: cli.database_url.as_deref().map(str::parse).transpose()?,
+        data_dir: cli.data_dir,
+    };
     match cli.cmd {
-        Cmd::Serve(a) => serve(&data_dir, a).await,
-        Cmd::Credential(c) => credential(&data_dir, c).await,
-        Cmd::Caller(c) => caller(&data_dir, c).await,
-        Cmd::Connection(c) => connection(&data_dir, c).await,
-        Cmd::Policy(c) => policy(&data_dir, c).await,
-        Cmd::Approval(c) => approval(&data_dir, c).await,
-        Cmd::Key(c) => key(&data_dir, c).await,
+        Cmd::Serve(a) => serve(&at, a).await,
+        Cmd::Credential(c) => credential(&at, c).await,
+        Cmd::Caller(c) => caller(&at, c).await,
+        Cmd::Connection(c) => connection(&at, c).await,
+        Cmd::Policy(c) => policy(&at, c).await,
+        Cmd::Approval(c) => approval(&at, c).await,
+        Cmd::Key(c) => key(&at, c).await,
         Cmd::Migrate => {
-            Store::open_data_dir(&data_dir).await?;
-            println!("schema at migration {}", Store::schema_version());
+            let store = at.store().await?;
+            println!("schema at migration {}", store.schema_version());
             Ok(())
         }
         Cmd::Audit {
@@ -417,7 +446,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
                     format!("--since {s:?}: give a number and a unit: 30s, 15m, 1h, 7d")
                 })?),
             };
-            let store = Store::open_data_dir(&data_dir).await?;
+            let store = at.store().await?;
             let q = tessera::audit::AuditQuery {
                 caller,
                 connection,
@@ -455,8 +484,12 @@ fn load_policies(dir: Option<&std::path::Path>) -> Result<Policies> {
         .map_err(|e| anyhow::anyhow!("the policies in {} are not valid:\n{e}", dir.display()))
 }
 
-async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
+async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
     match c {
+        PolicyCmd::Reload => {
+            at.store().await?.bump_policies().await?;
+            println!("asked every serving process to reload its policies");
+        }
         PolicyCmd::Check { dir } => {
             let p = load_policies(dir.as_deref())?;
             println!(
@@ -480,8 +513,8 @@ async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
             policies,
         } => {
             let p = load_policies(policies.as_deref())?;
-            let store = Store::open_data_dir(data_dir).await?;
-            let key = existing_master_key(data_dir, &store).await?;
+            let store = at.store().await?;
+            let key = existing_master_key(&at.data_dir, &store).await?;
             let snap = tessera::snapshot::Snapshot::load(&store, &key, p.schema()).await?;
             let who = snap
                 .callers
@@ -539,9 +572,9 @@ async fn policy(data_dir: &std::path::Path, c: PolicyCmd) -> Result<()> {
     Ok(())
 }
 
-async fn approval(data_dir: &std::path::Path, c: ApprovalCmd) -> Result<()> {
+async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
     use tessera::approvals::now_ms;
-    let store = Store::open_data_dir(data_dir).await?;
+    let store = at.store().await?;
     match c {
         ApprovalCmd::List { all, json, limit } => {
             let rows = store.approvals(all, limit.max(1)).await?;
@@ -627,9 +660,9 @@ async fn existing_master_key(data_dir: &std::path::Path, store: &Store) -> Resul
     })
 }
 
-async fn key(data_dir: &std::path::Path, c: KeyCmd) -> Result<()> {
-    let store = Store::open_data_dir(data_dir).await?;
-    let key = existing_master_key(data_dir, &store).await?;
+async fn key(at: &Place, c: KeyCmd) -> Result<()> {
+    let store = at.store().await?;
+    let key = existing_master_key(&at.data_dir, &store).await?;
     match c {
         KeyCmd::Rotate => {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
@@ -666,7 +699,7 @@ async fn key(data_dir: &std::path::Path, c: KeyCmd) -> Result<()> {
     Ok(())
 }
 
-async fn serve(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
+async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
     let log = tessera::logging::Buffered::stderr();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -676,16 +709,12 @@ async fn serve(data_dir: &std::path::Path, a: ServeArgs) -> Result<()> {
         .with_writer(log.clone())
         .init();
     // Whatever ends serving, the buffered lines are written out first.
-    let served = serve_logged(data_dir, a, &log).await;
+    let served = serve_logged(at, a, &log).await;
     log.flush();
     served
 }
 
-async fn serve_logged(
-    data_dir: &std::path::Path,
-    a: ServeArgs,
-    log: &tessera::logging::Buffered,
-) -> Result<()> {
+async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered) -> Result<()> {
     // Validate everything before binding a port.
     let cfg = config::parse_serve(RawServe {
         listen: a.listen,
@@ -706,8 +735,8 @@ async fn serve_logged(
         token_timeout_ms: a.token_timeout_ms,
     })?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
-    let store = Store::open_data_dir(data_dir).await?;
-    let key = existing_master_key(data_dir, &store)
+    let store = at.store().await?;
+    let key = existing_master_key(&at.data_dir, &store)
         .await
         .context("not serving")?;
     tracing::info!(policies = %policies.origin, count = policies.len(), "policies loaded");
@@ -732,9 +761,9 @@ async fn serve_logged(
     Ok(())
 }
 
-/// Reload the policy folder when its files change and on SIGHUP. With the
-/// built-in set there is nothing to reload, but SIGHUP is still caught so it
-/// does not end the process.
+/// Reload the policy folder when its files change, on SIGHUP, and when
+/// `tessera policy reload` asks. With the built-in set there is nothing to
+/// reload, but SIGHUP is still caught so it does not end the process.
 fn reload_policies_on_change(
     state: &tessera::server::State,
     dir: Option<&std::path::Path>,
@@ -750,6 +779,8 @@ fn reload_policies_on_change(
     };
     #[cfg(not(unix))]
     let hup = futures_util::stream::pending::<()>();
+    // `tessera policy reload`, from any host, pokes like SIGHUP.
+    let hup = futures_util::stream::select(hup, state.policy_reloads());
     match policy_dir(dir) {
         Some(dir) => {
             tokio::spawn(tessera::policy::watch_dir(
@@ -764,7 +795,9 @@ fn reload_policies_on_change(
                 use futures_util::StreamExt;
                 let mut hup = hup;
                 while hup.next().await.is_some() {
-                    tracing::info!("SIGHUP: the built-in policies are in force; nothing to reload");
+                    tracing::info!(
+                        "asked to reload: the built-in policies are in force; nothing to reload"
+                    );
                 }
             });
         }
@@ -859,8 +892,8 @@ fn read_secret(env_var: Option<&str>) -> Result<SecretString> {
     Ok(SecretString::from(s.to_string()))
 }
 
-async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> {
-    let store = Store::open_data_dir(data_dir).await?;
+async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
+    let store = at.store().await?;
     match c {
         CredentialCmd::Add {
             name,
@@ -875,11 +908,18 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
                 if header_name.is_some() || username.is_some() {
                     bail!("--header-name and --username do not apply to --scheme oauth2");
                 }
-                return credential_add_oauth(data_dir, &store, &name, &upstream, &secret, *oauth)
-                    .await;
+                return credential_add_oauth(
+                    &at.data_dir,
+                    &store,
+                    &name,
+                    &upstream,
+                    &secret,
+                    *oauth,
+                )
+                .await;
             }
             let secret = secret.read()?;
-            let key = master_key(data_dir)?;
+            let key = master_key(&at.data_dir)?;
             let spec = CredentialSpec {
                 name: &name,
                 upstream: &upstream,
@@ -893,7 +933,7 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
         }
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
-            let key = existing_master_key(data_dir, &store).await?;
+            let key = existing_master_key(&at.data_dir, &store).await?;
             admin::credential_set_secret(&store, &key, &name, secret).await?;
             println!("credential {name}: secret replaced");
         }
@@ -911,7 +951,7 @@ async fn credential(data_dir: &std::path::Path, c: CredentialCmd) -> Result<()> 
                 .as_deref()
                 .map(|v| read_secret(Some(v)))
                 .transpose()?;
-            let key = master_key(data_dir)?;
+            let key = master_key(&at.data_dir)?;
             let client = tessera::forward::client(Duration::from_secs(10), Duration::from_secs(30));
             let spec = tessera::login::LoginSpec {
                 name,
@@ -1001,8 +1041,8 @@ async fn credential_add_oauth(
     Ok(())
 }
 
-async fn caller(data_dir: &std::path::Path, c: CallerCmd) -> Result<()> {
-    let store = Store::open_data_dir(data_dir).await?;
+async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
+    let store = at.store().await?;
     match c {
         CallerCmd::Add { name, groups } => {
             let token = admin::caller_add(&store, &name, &groups).await?;
@@ -1041,8 +1081,8 @@ async fn caller(data_dir: &std::path::Path, c: CallerCmd) -> Result<()> {
     Ok(())
 }
 
-async fn connection(data_dir: &std::path::Path, c: ConnectionCmd) -> Result<()> {
-    let store = Store::open_data_dir(data_dir).await?;
+async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
+    let store = at.store().await?;
     match c {
         ConnectionCmd::Add {
             caller,

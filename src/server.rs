@@ -19,7 +19,7 @@ use crate::error::ProxyError;
 use crate::forward::{client, UpstreamClient};
 use crate::policy::{CedarAuthorizer, Policies};
 use crate::secrets::MasterKey;
-use crate::snapshot::{refresh_loop, SharedSnapshot, Snapshot};
+use crate::snapshot::{refresh_loop, Refresh, SharedSnapshot, Snapshot};
 use crate::store::{Store, StoreError};
 
 /// Everything the handler shares across requests.
@@ -39,6 +39,8 @@ pub struct State {
     key: Arc<MasterKey>,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
+    /// The store's policy epoch (`tessera policy reload`).
+    policy_epoch: tokio::sync::watch::Receiver<i64>,
 }
 
 impl State {
@@ -54,12 +56,22 @@ impl State {
         let authorizer = Arc::new(CedarAuthorizer::new(policies));
         let (audit, _writer) = Audit::start(store.clone(), config.audit_queue);
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        if let Some(url) = store.postgres_url() {
+            tokio::spawn(crate::changes::listen(url.clone(), wake.clone()));
+        }
+        let (policy_epoch, epoch_rx) =
+            tokio::sync::watch::channel(store.revision().await?.policies);
         let refresher = tokio::spawn(refresh_loop(
             store.clone(),
             key.clone(),
             authorizer.clone(),
             shared.clone(),
-            config.refresh_interval,
+            Refresh {
+                interval: config.refresh_interval,
+                wake,
+                policy_epoch,
+            },
         ));
         let public_host = config
             .public_url
@@ -78,9 +90,20 @@ impl State {
             key,
             snapshot: shared,
             public_host,
+            policy_epoch: epoch_rx,
             config,
         };
         Ok((Arc::new(state), refresher))
+    }
+
+    /// Yields each time `tessera policy reload` asks every serving process
+    /// to read its policy folder again.
+    pub fn policy_reloads(&self) -> impl futures_util::Stream<Item = ()> + Unpin + Send {
+        let mut rx = self.policy_epoch.clone();
+        rx.mark_unchanged();
+        Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok().map(|()| ((), rx))
+        }))
     }
 
     /// What an OAuth token refresh needs.

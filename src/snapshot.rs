@@ -2,10 +2,11 @@
 //! plane reads on every request, and the task that keeps it fresh.
 //!
 //! Requests never touch the database: they read an `Arc<Snapshot>` swapped
-//! in atomically. A background task polls the store's single revision
-//! counter every `refresh_interval` and rebuilds the snapshot only when the
-//! counter moved, so a change made by the CLI in another process is served
-//! within one interval (250 ms by default) at the cost of one tiny query per
+//! in atomically. A background task reads the store's revision counter
+//! every `refresh_interval`, and at once when Postgres notifies a change
+//! (`crate::changes`), and rebuilds the snapshot only when the counter
+//! moved. A change made by the CLI or another replica is so served within
+//! one interval (250 ms by default) at the cost of one tiny query per
 //! interval, not one per request.
 
 use std::collections::HashMap;
@@ -101,7 +102,7 @@ impl Snapshot {
             .collect();
         // Read the revision first: a change racing with the load then bumps
         // it past what we record and triggers another load.
-        let revision = store.revision().await?;
+        let revision = store.revision().await?.data;
         // A key rotation writes the new key into the key file before it
         // re-seals; re-reading the ring here lets this load open both.
         if let Err(e) = key.reload() {
@@ -225,8 +226,21 @@ fn oauth_source(
 /// The shared, atomically swapped snapshot.
 pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
 
-/// Poll the store's revision and swap in a new snapshot when it moved.
-/// A failed poll keeps serving the last good snapshot and tries again.
+/// What the refresh task is told and tells.
+pub struct Refresh {
+    /// How often the revision is read without being told.
+    pub interval: Duration,
+    /// Woken when the store says something changed (Postgres NOTIFY, or a
+    /// notification connection that was lost and is back).
+    pub wake: Arc<tokio::sync::Notify>,
+    /// The store's policy epoch: moves on `tessera policy reload`, when
+    /// every serving process reads its policy folder again.
+    pub policy_epoch: tokio::sync::watch::Sender<i64>,
+}
+
+/// Read the store's revision (every interval, and when woken) and swap in a
+/// new snapshot when it moved. A failed read keeps serving the last good
+/// snapshot and tries again.
 ///
 /// The snapshot's policy entities follow the schema of the policies in
 /// force, so a policy reload rebuilds the snapshot too.
@@ -235,19 +249,30 @@ pub async fn refresh_loop(
     key: Arc<MasterKey>,
     authz: Arc<CedarAuthorizer>,
     shared: SharedSnapshot,
-    interval: Duration,
+    refresh: Refresh,
 ) {
     let mut reloads = authz.reloads();
-    let mut tick = tokio::time::interval(interval);
+    let mut tick = tokio::time::interval(refresh.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = refresh.wake.notified() => {}
+        }
         let policies_changed = reloads.has_changed().unwrap_or(false);
         match store.revision().await {
-            Ok(r) if r == shared.load().revision && !policies_changed => continue,
-            Ok(_) => {}
+            Ok(r) => {
+                refresh.policy_epoch.send_if_modified(|e| {
+                    let moved = *e != r.policies;
+                    *e = r.policies;
+                    moved
+                });
+                if r.data == shared.load().revision && !policies_changed {
+                    continue;
+                }
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "polling the store failed; serving the last snapshot");
+                tracing::warn!(error = %e, "reading the store's revision failed; serving the last snapshot");
                 continue;
             }
         }

@@ -1,16 +1,21 @@
 //! Storage: one `Store` type over the database. SQLite in the data dir is
-//! the embedded default; the SQL is kept plain so a Postgres backend can
-//! slot in behind the same methods.
+//! the embedded default; Postgres (`--database-url postgres://…`) lets
+//! several replicas share one store. Both run the same SQL (`$N`
+//! placeholders, which SQLite reads too) through sqlx's `Any` driver; only
+//! the migrations (`migrations/<dialect>/`) and the change notifications
+//! differ.
 //!
 //! Every change bumps the single `revision` row in the same transaction, so
-//! a serving process can poll one integer and reload only when it moved.
+//! a serving process can poll one integer (or, on Postgres, be told by
+//! NOTIFY) and reload only when it moved.
 
 use std::path::Path;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AnyPool, ConnectOptions, Row};
 
 use crate::approvals::{Approval, CallKey, NewApproval, Status};
 use crate::audit::{AuditQuery, AuditRecord};
@@ -34,12 +39,28 @@ pub enum StoreError {
     Unchanged { what: String },
     #[error("the sealed secret of credential {credential:?} does not open with the master key in use: give the right key (TESSERA_MASTER_KEY, or master.key in the data dir)")]
     Sealed { credential: String },
+    // The cause is in the message and not chained as a source, so an
+    // error report (anyhow's `{:#}`) does not print it twice.
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
     #[error("applying migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Url(String),
     #[error("the database's schema is at migration {found}, newer than this tessera knows (up to {known}): run the newer tessera that migrated it, or restore a backup")]
     NewerSchema { found: i64, known: i64 },
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Db(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Migrate(e)
+    }
 }
 
 /// A credential row. `sealed` is the AEAD blob; it is opened only when a
@@ -100,15 +121,92 @@ enum Revocable {
     Connection,
 }
 
+/// Which database holds the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A file in the data dir: one process serves from it (admin commands
+    /// may write beside it).
+    Sqlite,
+    /// A server shared by every replica.
+    Postgres,
+}
+
+/// Where the store lives: `sqlite://PATH` or `postgres://USER@HOST/DB`.
+/// It may hold a password, so it prints with the password masked.
+#[derive(Clone)]
+pub struct DatabaseUrl {
+    url: url::Url,
+    backend: Backend,
+}
+
+impl FromStr for DatabaseUrl {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        let bad = |why: &str| {
+            StoreError::Url(format!(
+                "the database URL {why}: give sqlite://PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+            ))
+        };
+        let url = url::Url::parse(s).map_err(|_| bad("does not parse"))?;
+        let backend = match url.scheme() {
+            "sqlite" => Backend::Sqlite,
+            "postgres" | "postgresql" => Backend::Postgres,
+            other => return Err(bad(&format!("has the scheme {other:?}"))),
+        };
+        Ok(DatabaseUrl { url, backend })
+    }
+}
+
+impl DatabaseUrl {
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL, password included: for connecting, never for printing.
+    pub fn expose(&self) -> &str {
+        self.url.as_str()
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shown = self.url.clone();
+        if shown.password().is_some() {
+            let _ = shown.set_password(Some("***"));
+        }
+        f.write_str(shown.as_str())
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+/// The store's change counters (see `migrations/*/0006_changes.sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revision {
+    /// Moves on every change to credentials, callers and connections.
+    pub data: i64,
+    /// Moves on `tessera policy reload`.
+    pub policies: i64,
+}
+
 /// The database behind tessera.
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
+    backend: Backend,
+    /// The Postgres URL, for the connection that listens for changes.
+    url: Option<DatabaseUrl>,
 }
 
-/// The SQLite schema's migrations (`migrations/sqlite/`), applied at start
-/// and by `tessera migrate`.
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+/// Each dialect's migrations, applied at start and by `tessera migrate`.
+/// Both folders carry the same versions with the same meaning.
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 fn now() -> i64 {
     SystemTime::now()
@@ -127,54 +225,125 @@ fn unique_violation(e: &sqlx::Error) -> bool {
 }
 
 impl Store {
-    /// Open (creating when absent) the SQLite database in `data_dir` and
-    /// apply migrations.
+    /// Open the SQLite database in `data_dir` (creating both when absent)
+    /// and apply migrations.
     pub async fn open_data_dir(data_dir: &Path) -> Result<Self, StoreError> {
-        create_private_dir(data_dir).map_err(|source| StoreError::DataDir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
-        let opts = SqliteConnectOptions::new()
-            .filename(data_dir.join("tessera.db"))
-            .create_if_missing(true)
-            // WAL lets admin commands in another process write while the
-            // server reads; the busy timeout serialises concurrent writers.
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(std::time::Duration::from_secs(5))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
-        match MIGRATOR.run(&pool).await {
+        Self::open(data_dir, None).await
+    }
+
+    /// Open the store at `url`, or with none the SQLite database in
+    /// `data_dir`, and apply migrations.
+    pub async fn open(data_dir: &Path, url: Option<&DatabaseUrl>) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (pool, backend) = match url.map(|u| u.backend()) {
+            Some(Backend::Postgres) => {
+                let opts = AnyConnectOptions::from_str(url.expect("matched").expose())?;
+                // One plain connection first: a pool that cannot connect
+                // only says it timed out; this says why (refused, no such
+                // database, authentication failed).
+                sqlx::Connection::close(opts.connect().await?).await?;
+                let pool = AnyPoolOptions::new()
+                    .max_connections(8)
+                    .acquire_timeout(std::time::Duration::from_secs(10))
+                    .connect_with(opts)
+                    .await?;
+                (pool, Backend::Postgres)
+            }
+            Some(Backend::Sqlite) => {
+                let u = url.expect("matched");
+                let opts = SqliteConnectOptions::from_str(u.expose())?.create_if_missing(true);
+                (Self::open_sqlite(opts).await?, Backend::Sqlite)
+            }
+            None => {
+                create_private_dir(data_dir).map_err(|source| StoreError::DataDir {
+                    path: data_dir.display().to_string(),
+                    source,
+                })?;
+                let opts = SqliteConnectOptions::new()
+                    .filename(data_dir.join("tessera.db"))
+                    .create_if_missing(true);
+                (Self::open_sqlite(opts).await?, Backend::Sqlite)
+            }
+        };
+        let store = Store {
+            pool,
+            backend,
+            url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
+        };
+        match store.migrator().run(&store.pool).await {
             Err(sqlx::migrate::MigrateError::VersionMissing(found)) => {
                 return Err(StoreError::NewerSchema {
                     found,
-                    known: Self::schema_version(),
+                    known: store.schema_version(),
                 })
             }
             r => r?,
         }
-        Ok(Self { pool })
+        Ok(store)
     }
 
-    /// The newest migration this build knows.
-    pub fn schema_version() -> i64 {
-        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+    /// A SQLite pool in WAL mode: admin commands in another process write
+    /// while the server reads, and sqlx's 5 s busy timeout serialises
+    /// concurrent writers. (Foreign keys are on: sqlx's default.)
+    async fn open_sqlite(opts: SqliteConnectOptions) -> Result<AnyPool, StoreError> {
+        let opts = AnyConnectOptions::from_url(&opts.to_url_lossy())?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await?;
+        // WAL is kept in the file: set once, not per connection (setting it
+        // takes a lock that the busy timeout cannot wait for).
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&pool)
+            .await?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        Ok(pool)
     }
 
-    /// The change counter; moves on every write.
-    pub async fn revision(&self) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT value FROM revision WHERE id = 1")
-                .fetch_one(&self.pool)
-                .await?,
-        )
+    fn migrator(&self) -> &'static sqlx::migrate::Migrator {
+        match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        }
     }
 
-    async fn bump(tx: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The Postgres URL, when the store is on Postgres.
+    pub fn postgres_url(&self) -> Option<&DatabaseUrl> {
+        self.url.as_ref()
+    }
+
+    /// The newest migration this build knows for this store's dialect.
+    pub fn schema_version(&self) -> i64 {
+        self.migrator().iter().map(|m| m.version).max().unwrap_or(0)
+    }
+
+    /// The change counters; `data` moves on every write.
+    pub async fn revision(&self) -> Result<Revision, StoreError> {
+        let (data, policies) = sqlx::query_as("SELECT value, policies FROM revision WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Revision { data, policies })
+    }
+
+    async fn bump(tx: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
         sqlx::query("UPDATE revision SET value = value + 1 WHERE id = 1")
             .execute(tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Tell every serving process to read its policy folder again.
+    pub async fn bump_policies(&self) -> Result<(), StoreError> {
+        sqlx::query("UPDATE revision SET value = value + 1, policies = policies + 1 WHERE id = 1")
+            .execute(&self.pool)
             .await?;
         Ok(())
     }
@@ -183,7 +352,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
             "INSERT INTO credentials (name, upstream, scheme, header_name, username, sealed, created_at, oauth)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(c.name)
         .bind(c.upstream)
@@ -213,7 +382,7 @@ impl Store {
     /// with the revision; requests already sent keep the old one.
     pub async fn set_credential_secret(&self, name: &str, sealed: &[u8]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let r = sqlx::query("UPDATE credentials SET sealed = ? WHERE name = ?")
+        let r = sqlx::query("UPDATE credentials SET sealed = $1 WHERE name = $2")
             .bind(sealed)
             .bind(name)
             .execute(&mut *tx)
@@ -266,7 +435,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES (?, ?, ?) \
+            "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES ($1, $2, $3) \
              ON CONFLICT (credential) DO UPDATE SET sealed = excluded.sealed, expires_at = excluded.expires_at",
         )
         .bind(credential)
@@ -275,7 +444,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         if let Some(sealed) = sealed_secrets {
-            sqlx::query("UPDATE credentials SET sealed = ? WHERE name = ?")
+            sqlx::query("UPDATE credentials SET sealed = $1 WHERE name = $2")
                 .bind(sealed)
                 .bind(credential)
                 .execute(&mut *tx)
@@ -317,8 +486,8 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         for (table, name, sealed) in values {
             let sql = match *table {
-                "credentials" => "UPDATE credentials SET sealed = ? WHERE name = ?",
-                _ => "UPDATE oauth_tokens SET sealed = ? WHERE credential = ?",
+                "credentials" => "UPDATE credentials SET sealed = $1 WHERE name = $2",
+                _ => "UPDATE oauth_tokens SET sealed = $1 WHERE credential = $2",
             };
             sqlx::query(sql)
                 .bind(sealed)
@@ -356,7 +525,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
-            "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(name)
         .bind(&token_sha256[..])
@@ -389,13 +558,13 @@ impl Store {
         let (kind, select, update) = match what {
             Revocable::Caller => (
                 "caller",
-                "SELECT revoked_at FROM callers WHERE name = ?",
-                "UPDATE callers SET revoked_at = ? WHERE name = ?",
+                "SELECT revoked_at FROM callers WHERE name = $1",
+                "UPDATE callers SET revoked_at = $1 WHERE name = $2",
             ),
             Revocable::Connection => (
                 "connection",
-                "SELECT revoked_at FROM connections WHERE id = ?",
-                "UPDATE connections SET revoked_at = ? WHERE id = ?",
+                "SELECT revoked_at FROM connections WHERE id = $1",
+                "UPDATE connections SET revoked_at = $1 WHERE id = $2",
             ),
         };
         let name = || key.to_string();
@@ -452,25 +621,42 @@ impl Store {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut q = sqlx::QueryBuilder::new(
+        // One statement for the batch. Placeholders are written out as
+        // `$N`: sqlx's query builder writes `?` for the Any driver, which
+        // Postgres does not read.
+        const COLUMNS: usize = 12;
+        let mut sql = String::from(
             "INSERT INTO audit (at, caller, connection, http_method, rpc_method, tool, verdict, \
-             reason, arguments_sha256, arguments, status, duration_us) ",
+             reason, arguments_sha256, arguments, status, duration_us) VALUES ",
         );
-        q.push_values(rows, |mut b, r| {
-            b.push_bind(r.at)
-                .push_bind(&r.caller)
-                .push_bind(&r.connection)
-                .push_bind(&r.http_method)
-                .push_bind(&r.rpc_method)
-                .push_bind(&r.tool)
-                .push_bind(&r.verdict)
-                .push_bind(&r.reason)
-                .push_bind(&r.arguments_sha256)
-                .push_bind(&r.arguments)
-                .push_bind(i64::from(r.status))
-                .push_bind(r.duration_us);
-        });
-        q.build().execute(&self.pool).await?;
+        for i in 0..rows.len() {
+            sql.push_str(if i == 0 { "(" } else { ", (" });
+            for c in 1..=COLUMNS {
+                if c > 1 {
+                    sql.push_str(", ");
+                }
+                sql.push('$');
+                sql.push_str(itoa::Buffer::new().format(i * COLUMNS + c));
+            }
+            sql.push(')');
+        }
+        let mut q = sqlx::query(&sql);
+        for r in rows {
+            q = q
+                .bind(r.at)
+                .bind(&r.caller)
+                .bind(&r.connection)
+                .bind(&r.http_method)
+                .bind(&r.rpc_method)
+                .bind(&r.tool)
+                .bind(&r.verdict)
+                .bind(&r.reason)
+                .bind(&r.arguments_sha256)
+                .bind(&r.arguments)
+                .bind(i64::from(r.status))
+                .bind(r.duration_us);
+        }
+        q.execute(&self.pool).await?;
         Ok(())
     }
 
@@ -479,9 +665,9 @@ impl Store {
     pub async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT * FROM audit \
-             WHERE (?1 IS NULL OR caller = ?1) AND (?2 IS NULL OR connection = ?2) \
-               AND (?3 IS NULL OR at >= ?3) AND id > ?4 \
-             ORDER BY id * (CASE WHEN ?4 > 0 THEN 1 ELSE -1 END) LIMIT ?5) ORDER BY id",
+             WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
+               AND ($3 IS NULL OR at >= $3) AND id > $4 \
+             ORDER BY id * (CASE WHEN $4 > 0 THEN 1 ELSE -1 END) LIMIT $5) AS newest ORDER BY id",
         )
         .bind(&q.caller)
         .bind(&q.connection)
@@ -516,8 +702,8 @@ impl Store {
     pub async fn open_approval(&self, k: &CallKey) -> Result<Option<(String, Status)>, StoreError> {
         let row = sqlx::query(
             "SELECT id, status FROM approvals \
-             WHERE caller = ? AND connection = ? AND rpc_method = ? AND tool = ? \
-               AND arguments_sha256 = ? AND status IN ('pending', 'denied') \
+             WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
+               AND arguments_sha256 = $5 AND status IN ('pending', 'denied') \
              ORDER BY created_at DESC, id LIMIT 1",
         )
         .bind(&k.caller)
@@ -538,9 +724,9 @@ impl Store {
     pub async fn live_grant(&self, k: &CallKey, now_ms: i64) -> Result<Option<String>, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT id FROM approvals \
-             WHERE caller = ? AND connection = ? AND rpc_method = ? AND tool = ? \
-               AND arguments_sha256 = ? AND status = 'granted' \
-               AND expires_at > ? AND uses_left > 0 \
+             WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
+               AND arguments_sha256 = $5 AND status = 'granted' \
+               AND expires_at > $6 AND uses_left > 0 \
              ORDER BY expires_at, id LIMIT 1",
         )
         .bind(&k.caller)
@@ -558,7 +744,7 @@ impl Store {
     pub async fn take_grant(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
         let r = sqlx::query(
             "UPDATE approvals SET uses_left = uses_left - 1 \
-             WHERE id = ? AND status = 'granted' AND expires_at > ? AND uses_left > 0",
+             WHERE id = $1 AND status = 'granted' AND expires_at > $2 AND uses_left > 0",
         )
         .bind(id)
         .bind(now_ms)
@@ -573,7 +759,7 @@ impl Store {
         let r = sqlx::query(
             "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
              arguments_sha256, arguments, reason, status) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending')",
         )
         .bind(&a.id)
         .bind(a.created_at)
@@ -599,8 +785,8 @@ impl Store {
     /// Approvals, newest first: pending ones only, or all.
     pub async fn approvals(&self, all: bool, limit: i64) -> Result<Vec<Approval>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM approvals WHERE ?1 OR status = 'pending' \
-             ORDER BY created_at DESC, id LIMIT ?2",
+            "SELECT * FROM approvals WHERE $1 OR status = 'pending' \
+             ORDER BY created_at DESC, id LIMIT $2",
         )
         .bind(all)
         .bind(limit)
@@ -658,8 +844,8 @@ impl Store {
         uses: Option<i64>,
     ) -> Result<(), StoreError> {
         let r = sqlx::query(
-            "UPDATE approvals SET status = ?, decided_at = ?, expires_at = ?, uses_left = ? \
-             WHERE id = ? AND status != ?",
+            "UPDATE approvals SET status = $1, decided_at = $2, expires_at = $3, uses_left = $4 \
+             WHERE id = $5 AND status != $6",
         )
         .bind(to.as_str())
         .bind(now_ms)
@@ -673,7 +859,7 @@ impl Store {
             return Ok(());
         }
         let exists: Option<String> =
-            sqlx::query_scalar("SELECT status FROM approvals WHERE id = ?")
+            sqlx::query_scalar("SELECT status FROM approvals WHERE id = $1")
                 .bind(id)
                 .fetch_optional(&self.pool)
                 .await?;
@@ -697,7 +883,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         let c: Option<(i64, Option<i64>)> =
-            sqlx::query_as("SELECT id, revoked_at FROM callers WHERE name = ?")
+            sqlx::query_as("SELECT id, revoked_at FROM callers WHERE name = $1")
                 .bind(caller)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -716,7 +902,7 @@ impl Store {
             }
             Some((id, None)) => id,
         };
-        let credential_id: i64 = sqlx::query_scalar("SELECT id FROM credentials WHERE name = ?")
+        let credential_id: i64 = sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1")
             .bind(credential)
             .fetch_optional(&mut *tx)
             .await?
@@ -725,7 +911,7 @@ impl Store {
                 name: credential.to_string(),
             })?;
         sqlx::query(
-            "INSERT INTO connections (id, caller_id, credential_id, created_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO connections (id, caller_id, credential_id, created_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(id)
         .bind(caller_id)

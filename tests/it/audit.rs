@@ -158,9 +158,8 @@ async fn audit_follow_prints_records_as_they_are_written() {
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     assert_eq!(call(&a, tools_call(1, "before_follow")).await, 200);
     p.state.audit.flush().await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let mut child = tessera_async(p.dir.path())
         .args(["audit", "--json", "--follow"])
-        .env("TESSERA_DATA_DIR", p.dir.path())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

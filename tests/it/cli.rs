@@ -155,7 +155,7 @@ fn cli_contract_and_errors() {
     assert!(id.len() >= 22, "id too short for 128 bits: {id}");
 
     // Secret via stdin.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let mut child = tessera(d)
         .args([
             "credential",
             "add",
@@ -164,7 +164,6 @@ fn cli_contract_and_errors() {
             "https://api.example/mcp",
             "--secret-stdin",
         ])
-        .env("TESSERA_DATA_DIR", d)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -265,21 +264,28 @@ async fn a_database_from_a_newer_tessera_is_refused() {
     let d = dir.path();
     let o = cli(d, &["migrate"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let known = tessera::store::Store::schema_version();
+    let known = std::fs::read_dir(if on_postgres() {
+        "migrations/postgres"
+    } else {
+        "migrations/sqlite"
+    })
+    .unwrap()
+    .count();
     assert_eq!(last_line(&o), format!("schema at migration {known}"));
     // A newer tessera applied a migration this one does not know.
-    {
-        let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(d.join("tessera.db"));
-        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
-        sqlx::query(
+    let checksum = if on_postgres() {
+        "decode('00', 'hex')"
+    } else {
+        "x'00'"
+    };
+    raw_sql(
+        d,
+        &format!(
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-             VALUES (99999, 'from the future', 1, x'00', 0)",
-        )
-        .execute(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-    }
+             VALUES (99999, 'from the future', TRUE, {checksum}, 0)"
+        ),
+    )
+    .await;
     for args in [
         &["migrate"][..],
         &["serve", "--listen", "127.0.0.1:0"],

@@ -5,10 +5,9 @@
 
 use crate::support::*;
 
-fn tessera(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+fn run(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = crate::support::tessera(dir);
     c.args(args)
-        .env("TESSERA_DATA_DIR", dir)
         .env("TEST_SECRET", SECRET)
         .env_remove("TESSERA_MASTER_KEY")
         .env_remove("TESSERA_MASTER_KEY_NEW");
@@ -25,7 +24,7 @@ fn ok(o: &std::process::Output) -> String {
 
 /// `key status` rows: (id, ring, current, sealed).
 fn status(dir: &std::path::Path, env: &[(&str, &str)]) -> Vec<(String, String, bool, usize)> {
-    ok(&tessera(dir, &["key", "status"], env))
+    ok(&run(dir, &["key", "status"], env))
         .lines()
         .skip(1)
         .map(|l| {
@@ -51,7 +50,7 @@ async fn rotation_while_serving() {
     assert_eq!(before.len(), 1, "{before:?}");
     assert!(before[0].2 && before[0].3 == 1, "{before:?}");
 
-    let out = ok(&tessera(d, &["key", "rotate"], &[]));
+    let out = ok(&run(d, &["key", "rotate"], &[]));
     assert!(out.contains("re-sealed 1 secret under key"), "{out}");
     let after = status(d, &[]);
     assert_eq!(after.len(), 2, "{after:?}");
@@ -91,7 +90,7 @@ async fn a_wrong_or_missing_key_stops_serve() {
     let d = dir.path();
     add_unreachable_credential(d, &[]);
     let serve = |env: &[(&str, &str)]| {
-        let o = tessera(d, &["serve", "--listen", "127.0.0.1:0"], env);
+        let o = run(d, &["serve", "--listen", "127.0.0.1:0"], env);
         assert!(!o.status.success());
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
@@ -114,9 +113,9 @@ async fn rotation_with_keys_from_the_environment() {
     let env_old = [("TESSERA_MASTER_KEY", old.as_str())];
     add_unreachable_credential(d, &env_old);
     // Without a new key there is nothing to rotate to.
-    let o = tessera(d, &["key", "rotate"], &env_old);
+    let o = run(d, &["key", "rotate"], &env_old);
     assert!(String::from_utf8_lossy(&o.stderr).contains("TESSERA_MASTER_KEY_NEW"));
-    ok(&tessera(
+    ok(&run(
         d,
         &["key", "rotate"],
         &[
@@ -147,7 +146,7 @@ fn add_unreachable_credential(d: &std::path::Path, env: &[(&str, &str)]) {
         "http://127.0.0.1:9/mcp",
     ];
     let secret = ["--secret-env", "TEST_SECRET"];
-    ok(&tessera(d, &[&args[..], &secret[..]].concat(), env));
+    ok(&run(d, &[&args[..], &secret[..]].concat(), env));
 }
 
 /// A random master key, base64.

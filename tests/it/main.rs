@@ -12,6 +12,7 @@ mod policies;
 mod pool;
 mod redaction;
 mod refusals;
+mod replicas;
 mod rmcp_peers;
 mod sse;
 mod support;

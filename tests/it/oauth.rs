@@ -354,9 +354,8 @@ async fn oauth_agent(p: &Proxy, auth: &AuthServer, refresh: bool) -> Agent {
     } else {
         args.extend_from_slice(&["--client-secret-env", "CLIENT_SECRET"]);
     }
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let o = tessera(p.dir.path())
         .args(&args)
-        .env("TESSERA_DATA_DIR", p.dir.path())
         .env("CLIENT_SECRET", CLIENT_SECRET)
         .env("REFRESH", FIRST_REFRESH)
         .env_remove("TESSERA_MASTER_KEY")
@@ -555,9 +554,8 @@ async fn login_discovers_registers_and_authorizes_headlessly() {
     let auth = AuthServer::start(3600, false).await;
     let p = Proxy::start(Proxy::dir()).await;
     let upstream = format!("{}/mcp", auth.base);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let mut child = tessera_async(p.dir.path())
         .args(["credential", "login", "saas", "--upstream", &upstream])
-        .env("TESSERA_DATA_DIR", p.dir.path())
         .env_remove("TESSERA_MASTER_KEY")
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -645,7 +643,7 @@ async fn login_names_the_step_that_failed() {
     let up = Upstream::start().await;
     let dir = Proxy::dir();
     // Run without blocking the runtime the upstream answers on.
-    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let o = tessera_async(dir.path())
         .args([
             "credential",
             "login",
@@ -655,7 +653,6 @@ async fn login_names_the_step_that_failed() {
             "--wait-s",
             "1",
         ])
-        .env("TESSERA_DATA_DIR", dir.path())
         .env_remove("TESSERA_MASTER_KEY")
         .output()
         .await

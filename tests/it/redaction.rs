@@ -138,7 +138,7 @@ async fn set_secret_reaches_new_requests_and_fails_none() {
     assert_eq!(stream.status(), 200);
     let tx = up.sse_sender().await;
 
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let o = tessera(p.dir.path())
         .args([
             "credential",
             "set-secret",
@@ -146,7 +146,6 @@ async fn set_secret_reaches_new_requests_and_fails_none() {
             "--secret-env",
             "NEW_SECRET",
         ])
-        .env("TESSERA_DATA_DIR", p.dir.path())
         .env("NEW_SECRET", "rotated-secret-Kp3nW8")
         .env_remove("TESSERA_MASTER_KEY")
         .output()

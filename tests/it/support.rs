@@ -1,6 +1,11 @@
 //! Builders for the integration tests: a recording upstream that can stream
 //! SSE on the test's schedule, a tessera data plane on an ephemeral port
 //! with a temporary data dir, and the CLI run as a separate process.
+//!
+//! The suite runs twice: as the `it` test binary on SQLite (a file in each
+//! test's data dir) and as the `postgres` test binary (tests/postgres.rs)
+//! on Postgres, where each data dir gets a database of its own, created on
+//! the server named by `TESSERA_TEST_POSTGRES` and dropped with the dir.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -283,10 +288,130 @@ async fn answer(
     Ok(resp.unwrap())
 }
 
+/// Whether this test binary runs the suite on Postgres.
+pub fn on_postgres() -> bool {
+    env!("CARGO_CRATE_NAME") == "postgres"
+}
+
+/// The Postgres server the `postgres` leg creates its databases on.
+pub fn postgres_server() -> String {
+    std::env::var("TESSERA_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// Run `f` to completion on a runtime of its own in another thread: for
+/// the database chores of sync helpers and `Drop`, which may be called on a
+/// test's runtime thread.
+fn on_the_side<T: Send + 'static>(f: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    })
+    .join()
+    .unwrap()
+}
+
+/// The database each data dir uses on the Postgres leg, by data dir path.
+static DATABASES: std::sync::LazyLock<
+    Mutex<std::collections::HashMap<std::path::PathBuf, String>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// The `TESSERA_DATABASE_URL` of a data dir (None: SQLite in the dir).
+pub fn database_url(dir: &std::path::Path) -> Option<String> {
+    DATABASES.lock().unwrap().get(dir).cloned()
+}
+
+/// A temporary data dir and, on the Postgres leg, a fresh database that is
+/// dropped with it.
+pub struct DataDir {
+    dir: tempfile::TempDir,
+    database: Option<String>,
+}
+
+impl DataDir {
+    pub fn new() -> DataDir {
+        let dir = tempfile::tempdir().unwrap();
+        let database = on_postgres().then(|| {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("tessera_test_{}_{n}", std::process::id());
+            let server = postgres_server();
+            let create = format!("CREATE DATABASE {name}");
+            let s = server.clone();
+            on_the_side(async move { admin_sql(&s, &create).await })
+                .unwrap_or_else(|e| panic!("the Postgres leg needs the server at {server} (set TESSERA_TEST_POSTGRES): {e}"));
+            let mut url = url::Url::parse(&server).unwrap();
+            url.set_path(&name);
+            DATABASES
+                .lock()
+                .unwrap()
+                .insert(dir.path().to_path_buf(), url.to_string());
+            name
+        });
+        DataDir { dir, database }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        if let Some(name) = self.database.take() {
+            DATABASES.lock().unwrap().remove(self.dir.path());
+            let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            let server = postgres_server();
+            if let Err(e) = on_the_side(async move { admin_sql(&server, &drop).await }) {
+                eprintln!("dropping the test database {name}: {e}");
+            }
+        }
+    }
+}
+
+/// One statement on the Postgres server's admin database.
+async fn admin_sql(server: &str, sql: &str) -> Result<(), sqlx::Error> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(server).await?;
+    sqlx::query(sql).execute(&mut c).await?;
+    c.close().await
+}
+
+/// Run `sql` on a data dir's database (SQLite file or Postgres), as a
+/// test reaching behind tessera's back.
+pub async fn raw_sql(dir: &std::path::Path, sql: &str) {
+    sqlx::any::install_default_drivers();
+    let url = database_url(dir)
+        .unwrap_or_else(|| format!("sqlite://{}", dir.join("tessera.db").display()));
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    sqlx::query(sql).execute(&pool).await.unwrap();
+    pool.close().await;
+}
+
+/// The tessera binary, set up for a data dir (and its database).
+pub fn tessera(dir: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+    c.env("TESSERA_DATA_DIR", dir);
+    match database_url(dir) {
+        Some(url) => c.env("TESSERA_DATABASE_URL", url),
+        None => c.env_remove("TESSERA_DATABASE_URL"),
+    };
+    c
+}
+
+/// [`tessera`] as a tokio process: for a CLI that talks to servers running
+/// on the test's own runtime.
+pub fn tessera_async(dir: &std::path::Path) -> tokio::process::Command {
+    tessera(dir).into()
+}
+
 /// A tessera data plane on 127.0.0.1:0 over a temporary data dir.
 pub struct Proxy {
     pub addr: SocketAddr,
-    pub dir: tempfile::TempDir,
+    pub dir: DataDir,
     pub state: std::sync::Arc<tessera::server::State>,
     store: tessera::store::Store,
     _shutdown: tokio::sync::oneshot::Sender<()>,
@@ -294,9 +419,8 @@ pub struct Proxy {
 
 /// Run the tessera CLI against a data dir.
 pub fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+    tessera(dir)
         .args(args)
-        .env("TESSERA_DATA_DIR", dir)
         .env("TEST_SECRET", SECRET)
         .env_remove("TESSERA_MASTER_KEY")
         .output()
@@ -326,23 +450,23 @@ pub struct Agent {
 
 impl Proxy {
     /// A data dir with nothing in it yet, not serving.
-    pub fn dir() -> tempfile::TempDir {
-        tempfile::tempdir().unwrap()
+    pub fn dir() -> DataDir {
+        DataDir::new()
     }
 
-    pub async fn start(dir: tempfile::TempDir) -> Proxy {
+    pub async fn start(dir: DataDir) -> Proxy {
         Self::start_with(dir, |_| {}).await
     }
 
     pub async fn start_with(
-        dir: tempfile::TempDir,
+        dir: DataDir,
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
     ) -> Proxy {
         Self::start_with_policies(dir, tweak, tessera::policy::Policies::builtin()).await
     }
 
     pub async fn start_with_policies(
-        dir: tempfile::TempDir,
+        dir: DataDir,
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
         policies: tessera::policy::Policies,
     ) -> Proxy {
@@ -354,7 +478,8 @@ impl Proxy {
         let mut cfg = tessera::config::ServeConfig::for_listen(addr);
         cfg.refresh_interval = Duration::from_millis(100);
         tweak(&mut cfg);
-        let store = tessera::store::Store::open_data_dir(dir.path())
+        let url = database_url(dir.path()).map(|u| u.parse().unwrap());
+        let store = tessera::store::Store::open(dir.path(), url.as_ref())
             .await
             .unwrap();
         let key = tessera::secrets::MasterKey::load(None, dir.path()).unwrap();
@@ -386,7 +511,7 @@ impl Proxy {
     /// Wait until the data plane serves what the store holds now: the
     /// event the refresh task produces when it swaps in a new snapshot.
     pub async fn synced(&self) -> std::time::Duration {
-        let want = self.store.revision().await.unwrap();
+        let want = self.store.revision().await.unwrap().data;
         let state = self.state.clone();
         within(Duration::from_secs(1), || {
             let state = state.clone();
@@ -498,10 +623,9 @@ impl Served {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Served {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        let mut child = tessera_async(dir)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(args)
-            .env("TESSERA_DATA_DIR", dir)
             .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -559,12 +683,51 @@ impl Served {
     }
 }
 
-/// Walk the data dir and assert no file holds any of `needles` in clear.
+/// Assert that neither the data dir's files nor (on Postgres) its database
+/// hold any of `needles` in clear.
 pub fn assert_no_plaintext(dir: &std::path::Path, needles: &[&str]) {
+    assert_no_plaintext_in_files(dir, needles);
+    if let Some(url) = database_url(dir) {
+        let needles: Vec<String> = needles.iter().map(|n| n.to_string()).collect();
+        on_the_side(async move { assert_no_plaintext_in_postgres(&url, &needles).await });
+    }
+}
+
+/// Every row of every table, as text (byte columns as hex), holds none of
+/// `needles` in clear or hex-encoded.
+async fn assert_no_plaintext_in_postgres(url: &str, needles: &[String]) {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public'",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap();
+    assert!(tables.iter().any(|t| t == "credentials"), "{tables:?}");
+    for t in tables {
+        let rows: Vec<String> = sqlx::query_scalar(&format!("SELECT t::text FROM {t} t"))
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        for row in rows {
+            for n in needles {
+                let hex: String = n.bytes().map(|b| format!("{b:02x}")).collect();
+                assert!(
+                    !row.contains(n.as_str()) && !row.contains(&hex),
+                    "table {t} holds a secret in clear"
+                );
+            }
+        }
+    }
+}
+
+/// Walk the data dir and assert no file holds any of `needles` in clear.
+fn assert_no_plaintext_in_files(dir: &std::path::Path, needles: &[&str]) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            assert_no_plaintext(&path, needles);
+            assert_no_plaintext_in_files(&path, needles);
             continue;
         }
         let bytes = std::fs::read(&path).unwrap();

@@ -1,0 +1,55 @@
+//! The integration suite again, on Postgres: every module of tests/it/,
+//! compiled into this second test binary. `support::on_postgres` tells the
+//! two apart by crate name; here each data dir gets a fresh database on the
+//! server named by `TESSERA_TEST_POSTGRES` (default
+//! postgres://postgres@127.0.0.1:5432/test), dropped after the test. A
+//! server that cannot be reached fails the tests: it is never skipped.
+
+#[path = "it/approvals.rs"]
+mod approvals;
+#[path = "it/audit.rs"]
+mod audit;
+#[path = "it/cli.rs"]
+mod cli;
+#[path = "it/ext_authz.rs"]
+mod ext_authz;
+#[path = "it/forwarding.rs"]
+mod forwarding;
+#[path = "it/keys.rs"]
+mod keys;
+#[path = "it/oauth.rs"]
+mod oauth;
+#[path = "it/policies.rs"]
+mod policies;
+#[path = "it/pool.rs"]
+mod pool;
+#[path = "it/redaction.rs"]
+mod redaction;
+#[path = "it/refusals.rs"]
+mod refusals;
+#[path = "it/replicas.rs"]
+mod replicas;
+#[path = "it/rmcp_peers.rs"]
+mod rmcp_peers;
+#[path = "it/sse.rs"]
+mod sse;
+#[path = "it/support.rs"]
+mod support;
+#[path = "it/tool_list.rs"]
+mod tool_list;
+
+/// This list and tests/it/main.rs name the same modules, so neither leg
+/// quietly runs fewer tests than the other.
+#[test]
+fn both_legs_run_every_module() {
+    let mods = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+            .map(str::to_string)
+            .collect()
+    };
+    let it = mods(include_str!("it/main.rs"));
+    let here = mods(include_str!("postgres.rs"));
+    assert!(it.len() > 10, "{it:?}");
+    assert_eq!(it, here);
+}
