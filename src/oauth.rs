@@ -30,7 +30,7 @@ use url::Url;
 use crate::credentials::{injection, Injection, Scheme};
 use crate::pool::{SendError, UpstreamClient};
 use crate::secrets::{ExposeSecret, MasterKey, SecretString};
-use crate::store::{Store, StoreError};
+use crate::store::{OAuthRefresh, Store, StoreError, StoredOAuth};
 
 /// The largest token response read.
 const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
@@ -228,6 +228,29 @@ impl OAuthSource {
                 return Ok(t);
             }
         }
+        // Across replicas: lock the credential in the store and read what
+        // is there. Another replica may have refreshed meanwhile (and
+        // rotated the refresh token), so its token and secrets win.
+        let mut lock = match cx.store.begin_oauth_refresh(&self.credential).await {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                tracing::warn!(credential = %self.credential, error = %e, "cannot lock the credential in the store; refreshing without the lock");
+                None
+            }
+        };
+        if let Some(lock) = lock.as_mut() {
+            match lock.stored().await {
+                Ok(stored) => {
+                    if let Some(t) = self.adopt(cx, stored, rejected) {
+                        tracing::debug!(credential = %self.credential, "OAuth token taken from the store");
+                        return Ok(t);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(credential = %self.credential, error = %e, "reading the stored OAuth token failed")
+                }
+            }
+        }
         let fetched = tokio::time::timeout(cx.timeout, self.fetch(cx.client))
             .await
             .map_err(|_| TokenError::Timeout(cx.timeout.as_millis()))??;
@@ -238,7 +261,7 @@ impl OAuthSource {
             expires_at,
         });
         self.token.store(Some(t.clone()));
-        if let Err(e) = self.persist(cx, &token, expires_at, rotated).await {
+        if let Err(e) = self.persist(cx, lock, &token, expires_at, rotated).await {
             // The token works; only the cache (or a rotated refresh token)
             // failed to reach the store. Say so loudly: a lost rotated
             // refresh token means a person must log in again.
@@ -248,9 +271,42 @@ impl OAuthSource {
         Ok(t)
     }
 
+    /// Take up what the store holds: its secrets always (they are the
+    /// newest), and its token when it is fresh and not the one `rejected`.
+    fn adopt(
+        &self,
+        cx: &OAuthContext<'_>,
+        stored: StoredOAuth,
+        rejected: Option<&Arc<Token>>,
+    ) -> Option<Arc<Token>> {
+        let aad = crate::store::credential_aad(&self.credential);
+        if let Some(secrets) = cx
+            .key
+            .open(&aad, &stored.sealed_secrets)
+            .ok()
+            .and_then(|opened| OAuthSecrets::parse(&opened).ok())
+        {
+            *self.secrets.lock().unwrap_or_else(|p| p.into_inner()) = secrets;
+        }
+        let (sealed, expires_ms) = stored.token?;
+        let value = cx.key.open(&token_aad(&self.credential), &sealed).ok()?;
+        let t = Token {
+            injection: bearer(&value).ok()?,
+            expires_at: expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
+        };
+        let refused = rejected.is_some_and(|r| r.injection.value == t.injection.value);
+        if refused || !t.fresh(cx.margin) {
+            return None;
+        }
+        let t = Arc::new(t);
+        self.token.store(Some(t.clone()));
+        Some(t)
+    }
+
     async fn persist(
         &self,
         cx: &OAuthContext<'_>,
+        lock: Option<OAuthRefresh>,
         token: &SecretString,
         expires_at: Option<SystemTime>,
         rotated: bool,
@@ -264,14 +320,22 @@ impl OAuthSource {
             let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
             s.seal(cx.key, &crate::store::credential_aad(&self.credential))
         });
-        cx.store
-            .put_oauth_token(
-                &self.credential,
-                &sealed_token,
-                ms,
-                sealed_secrets.as_deref(),
-            )
-            .await
+        match lock {
+            Some(lock) => {
+                lock.save(&sealed_token, ms, sealed_secrets.as_deref())
+                    .await
+            }
+            None => {
+                cx.store
+                    .put_oauth_token(
+                        &self.credential,
+                        &sealed_token,
+                        ms,
+                        sealed_secrets.as_deref(),
+                    )
+                    .await
+            }
+        }
     }
 
     /// One token request. Returns the access token, its expiry, and

@@ -434,24 +434,49 @@ impl Store {
         sealed_secrets: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (credential) DO UPDATE SET sealed = excluded.sealed, expires_at = excluded.expires_at",
+        write_oauth_token(
+            &mut tx,
+            credential,
+            sealed_token,
+            expires_at,
+            sealed_secrets,
         )
-        .bind(credential)
-        .bind(sealed_token)
-        .bind(expires_at)
-        .execute(&mut *tx)
         .await?;
-        if let Some(sealed) = sealed_secrets {
-            sqlx::query("UPDATE credentials SET sealed = $1 WHERE name = $2")
-                .bind(sealed)
-                .bind(credential)
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Begin an OAuth credential's token refresh. On Postgres this locks
+    /// the credential's row until [`OAuthRefresh::save`] commits (or the
+    /// refresh is dropped), so replicas refresh one at a time and each
+    /// reads what the one before it stored: a rotating refresh token is
+    /// spent once. On SQLite nothing is locked: a file has one serving
+    /// process, whose own single-flight suffices, and a write lock held
+    /// for a token request would stall the audit writer.
+    pub async fn begin_oauth_refresh(&self, credential: &str) -> Result<OAuthRefresh, StoreError> {
+        let tx = match self.backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => {
+                let mut tx = self.pool.begin().await?;
+                let found: Option<i64> =
+                    sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1 FOR UPDATE")
+                        .bind(credential)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if found.is_none() {
+                    return Err(StoreError::NotFound {
+                        kind: "credential",
+                        name: credential.to_string(),
+                    });
+                }
+                Some(tx)
+            }
+        };
+        Ok(OAuthRefresh {
+            store: self.clone(),
+            credential: credential.to_string(),
+            tx,
+        })
     }
 
     /// Every sealed value: (table, row name, sealed blob). Credentials'
@@ -953,6 +978,110 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// An OAuth token refresh in progress (see [`Store::begin_oauth_refresh`]).
+pub struct OAuthRefresh {
+    store: Store,
+    credential: String,
+    /// Postgres: the transaction holding the credential's row lock.
+    tx: Option<sqlx::Transaction<'static, sqlx::Any>>,
+}
+
+/// What is stored for an OAuth credential: its sealed secrets, and its
+/// cached token (sealed) with the expiry in unix milliseconds.
+pub struct StoredOAuth {
+    pub sealed_secrets: Vec<u8>,
+    pub token: Option<(Vec<u8>, Option<i64>)>,
+}
+
+impl OAuthRefresh {
+    /// What is stored now: under the lock, what the last replica to
+    /// refresh left.
+    pub async fn stored(&mut self) -> Result<StoredOAuth, StoreError> {
+        let secrets = "SELECT sealed FROM credentials WHERE name = $1";
+        let token = "SELECT sealed, expires_at FROM oauth_tokens WHERE credential = $1";
+        let (sealed_secrets, token) = match &mut self.tx {
+            Some(tx) => (
+                sqlx::query_scalar(secrets)
+                    .bind(&self.credential)
+                    .fetch_one(&mut **tx)
+                    .await?,
+                sqlx::query_as(token)
+                    .bind(&self.credential)
+                    .fetch_optional(&mut **tx)
+                    .await?,
+            ),
+            None => (
+                sqlx::query_scalar(secrets)
+                    .bind(&self.credential)
+                    .fetch_one(&self.store.pool)
+                    .await?,
+                sqlx::query_as(token)
+                    .bind(&self.credential)
+                    .fetch_optional(&self.store.pool)
+                    .await?,
+            ),
+        };
+        Ok(StoredOAuth {
+            sealed_secrets,
+            token,
+        })
+    }
+
+    /// Store the new token (and rotated secrets) and release the lock.
+    pub async fn save(
+        self,
+        sealed_token: &[u8],
+        expires_at: Option<i64>,
+        sealed_secrets: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        match self.tx {
+            Some(mut tx) => {
+                write_oauth_token(
+                    &mut tx,
+                    &self.credential,
+                    sealed_token,
+                    expires_at,
+                    sealed_secrets,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+            None => {
+                self.store
+                    .put_oauth_token(&self.credential, sealed_token, expires_at, sealed_secrets)
+                    .await
+            }
+        }
+    }
+}
+
+async fn write_oauth_token(
+    tx: &mut sqlx::AnyConnection,
+    credential: &str,
+    sealed_token: &[u8],
+    expires_at: Option<i64>,
+    sealed_secrets: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (credential) DO UPDATE SET sealed = excluded.sealed, expires_at = excluded.expires_at",
+    )
+    .bind(credential)
+    .bind(sealed_token)
+    .bind(expires_at)
+    .execute(&mut *tx)
+    .await?;
+    if let Some(sealed) = sealed_secrets {
+        sqlx::query("UPDATE credentials SET sealed = $1 WHERE name = $2")
+            .bind(sealed)
+            .bind(credential)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Create a directory readable by its owner only (0700 on Unix).
