@@ -1,5 +1,5 @@
 //! The integration suite again, on Postgres: every module of tests/it/,
-//! compiled into this second test binary. `support::on_postgres` tells the
+//! compiled into this second test binary, and the replica tests. `support::on_postgres` tells the
 //! two apart by crate name; here each data dir gets a fresh database on the
 //! server named by `TESSERA_TEST_POSTGRES` (default
 //! postgres://postgres@127.0.0.1:5432/test), dropped after the test. A
@@ -38,7 +38,8 @@ mod support;
 #[path = "it/tool_list.rs"]
 mod tool_list;
 
-/// This list and tests/it/main.rs name the same modules, so neither leg
+/// This list names tests/it/main.rs's modules and `replicas` (several
+/// serving processes over one database: Postgres only), so neither leg
 /// quietly runs fewer tests than the other.
 #[test]
 fn both_legs_run_every_module() {
@@ -48,8 +49,11 @@ fn both_legs_run_every_module() {
             .map(str::to_string)
             .collect()
     };
-    let it = mods(include_str!("it/main.rs"));
-    let here = mods(include_str!("postgres.rs"));
+    let mut it = mods(include_str!("it/main.rs"));
+    it.push("replicas".into());
+    it.sort();
+    let mut here = mods(include_str!("postgres.rs"));
+    here.sort();
     assert!(it.len() > 10, "{it:?}");
     assert_eq!(it, here);
 }

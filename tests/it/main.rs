@@ -12,7 +12,6 @@ mod policies;
 mod pool;
 mod redaction;
 mod refusals;
-mod replicas;
 mod rmcp_peers;
 mod sse;
 mod support;

@@ -18,9 +18,9 @@ use tokio::sync::Notify;
 
 use crate::support::*;
 
-const CLIENT_ID: &str = "tessera-client";
+pub(crate) const CLIENT_ID: &str = "tessera-client";
 const CLIENT_SECRET: &str = "client-secret-Hq7wR2xT";
-const FIRST_REFRESH: &str = "refresh-0-Vb9mK4sL";
+pub(crate) const FIRST_REFRESH: &str = "refresh-0-Vb9mK4sL";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -32,12 +32,12 @@ enum Mode {
 }
 
 #[derive(Default)]
-struct AsState {
+pub(crate) struct AsState {
     valid: HashSet<String>,
     refresh: Option<String>,
     token_requests: usize,
     issued: usize,
-    expires_in: u64,
+    pub(crate) expires_in: u64,
     rotate: bool,
     mode: Option<Mode>,
     /// The MCP endpoint refuses every token.
@@ -49,15 +49,15 @@ struct AsState {
     codes: std::collections::HashMap<String, (String, String, String)>,
 }
 
-struct AuthServer {
-    base: String,
+pub(crate) struct AuthServer {
+    pub(crate) base: String,
     state: Arc<Mutex<AsState>>,
     gate: Arc<Notify>,
     asked: Arc<Notify>,
 }
 
 impl AuthServer {
-    async fn start(expires_in: u64, rotate: bool) -> AuthServer {
+    pub(crate) async fn start(expires_in: u64, rotate: bool) -> AuthServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let state = Arc::new(Mutex::new(AsState {
@@ -94,11 +94,11 @@ impl AuthServer {
         }
     }
 
-    fn set(&self, f: impl FnOnce(&mut AsState)) {
+    pub(crate) fn set(&self, f: impl FnOnce(&mut AsState)) {
         f(&mut self.state.lock().unwrap());
     }
 
-    fn token_requests(&self) -> usize {
+    pub(crate) fn token_requests(&self) -> usize {
         self.state.lock().unwrap().token_requests
     }
 

@@ -1,2 +1,284 @@
-//! Several `tessera serve` processes over one store (the Postgres leg; on
-//! SQLite the tests here check what one file can promise).
+//! Several `tessera serve` processes over one Postgres store: what one
+//! replica or the CLI changes reaches every replica within a second, by
+//! NOTIFY and not by polling; a replica that dies takes only its own
+//! streams along; two replicas whose OAuth token expires together make one
+//! token request. (Postgres leg only: see tests/postgres.rs.)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::oauth::{AuthServer, CLIENT_ID, FIRST_REFRESH};
+use crate::support::*;
+
+/// The same connection reached through the replica on `port`.
+fn via(a: &Agent, port: u16) -> Agent {
+    let mut url = url::Url::parse(&a.url).unwrap();
+    url.set_port(Some(port)).unwrap();
+    Agent {
+        token: a.token.clone(),
+        url: url.to_string(),
+    }
+}
+
+/// Flags for a replica that effectively never polls: a change can only
+/// reach it in time by notification.
+const NO_POLLING: [&str; 2] = ["--refresh-ms", "60000"];
+
+/// One scalar from the data dir's database.
+async fn scalar(dir: &std::path::Path, sql: &str) -> i64 {
+    let pool = sqlx::PgPool::connect(&database_url(dir).unwrap())
+        .await
+        .unwrap();
+    let v = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    v
+}
+
+#[tokio::test]
+async fn changes_reach_every_replica_within_a_second_by_notification() {
+    let up = Upstream::start().await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let (pa, pb) = (Served::free_port(), Served::free_port());
+    let a = register(
+        d,
+        &format!("http://127.0.0.1:{pa}"),
+        "gh",
+        &up.url("/mcp"),
+        "agent",
+    );
+    let b = via(&a, pb);
+    let pol = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    std::fs::copy(root.join("default.cedar"), pol.path().join("default.cedar")).unwrap();
+    let mut args = NO_POLLING.to_vec();
+    // Nor do the replicas look at their policy folder by themselves.
+    args.extend([
+        "--policies",
+        pol.path().to_str().unwrap(),
+        "--policy-check-ms",
+        "3600000",
+    ]);
+    let mut ra = Served::start(d, pa, &args, &[]).await;
+    let mut rb = Served::start(d, pb, &args, &[]).await;
+    let allowed = Arc::new(AtomicUsize::new(0));
+    let call = |agent: &Agent, body: String| {
+        let agent = Agent {
+            token: agent.token.clone(),
+            url: agent.url.clone(),
+        };
+        let allowed = allowed.clone();
+        async move {
+            let (status, _) = post_json(&agent, body).await;
+            if status == 200 {
+                allowed.fetch_add(1, Ordering::Relaxed);
+            }
+            status
+        }
+    };
+    for r in [&a, &b] {
+        assert_eq!(call(r, tools_call(1, "search")).await, 200);
+    }
+
+    // A secret replaced through the CLI: each replica sends the new one.
+    let o = tessera(d)
+        .args(["credential", "set-secret", "gh", "--secret-env", "NEW"])
+        .env("NEW", "second-secret-Wq2pL7")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for r in [&a, &b] {
+        within(Duration::from_secs(1), || {
+            let (call, up) = (call(r, tools_call(2, "search")), &up);
+            async move {
+                assert_eq!(call.await, 200);
+                let last = up.seen().last().unwrap().headers.clone();
+                last["authorization"] == "Bearer second-secret-Wq2pL7"
+            }
+        })
+        .await;
+    }
+
+    // `tessera policy reload` makes each replica read its folder again.
+    std::fs::write(
+        pol.path().join("no-list.cedar"),
+        "@id(\"no-list\")\nforbid (principal, action == Action::\"tools/list\", resource);\n",
+    )
+    .unwrap();
+    let list = || r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#.to_string();
+    assert_eq!(
+        call(&b, list()).await,
+        200,
+        "the edit alone changes nothing"
+    );
+    last_line(&tessera(d).args(["policy", "reload"]).output().unwrap());
+    for r in [&a, &b] {
+        within(Duration::from_secs(1), || {
+            let call = call(r, list());
+            async move { call.await == 403 }
+        })
+        .await;
+    }
+
+    // A lost notification connection: each replica reconnects and reloads,
+    // so a change made meanwhile is not missed.
+    let cut = scalar(
+        d,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = 'tessera-listen' AND datname = current_database()",
+    )
+    .await;
+    assert_eq!(cut, 2, "one listening connection per replica");
+    let o = tessera(d)
+        .args(["caller", "revoke", "agent"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for r in [&a, &b] {
+        within(Duration::from_secs(1), || {
+            let call = call(r, tools_call(4, "search"));
+            async move { call.await == 401 }
+        })
+        .await;
+    }
+    for r in [&mut ra, &mut rb] {
+        r.wait_for("the change notification connection").await;
+    }
+
+    // Every allowed request of both replicas is in the one audit trail once
+    // they have stopped (a stop flushes the audit queue).
+    for r in [&mut ra, &mut rb] {
+        r.signal("TERM");
+        assert!(r.child.wait().await.unwrap().success());
+    }
+    let rows = scalar(d, "SELECT count(*) FROM audit WHERE verdict = 'allow'").await;
+    assert_eq!(rows, allowed.load(Ordering::Relaxed) as i64);
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_stream_leaves_the_other_serving() {
+    let up = Upstream::start().await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let (pa, pb) = (Served::free_port(), Served::free_port());
+    let public = format!("http://127.0.0.1:{pa}");
+    let streaming = register(d, &public, "events", &up.url("/sse"), "agent");
+    let other = register(d, &public, "gh", &up.url("/mcp"), "agent-2");
+    let mut ra = Served::start(d, pa, &[], &[]).await;
+    let _rb = Served::start(d, pb, &[], &[]).await;
+
+    let mut stream = client()
+        .post(&streaming.url)
+        .bearer_auth(&streaming.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(tools_call(1, "watch"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let tx = up.sse_sender().await;
+    tx.send("data: one\n\n".into()).await.unwrap();
+    let first = stream.chunk().await.unwrap().unwrap();
+    assert_eq!(&first[..], b"data: one\n\n");
+
+    ra.child.kill().await.unwrap();
+    // The stream through the dead replica ends; its upstream side closes.
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+        .await
+        .expect("the stream through a killed replica did not end");
+    assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+    tokio::time::timeout(Duration::from_secs(5), tx.closed())
+        .await
+        .expect("the upstream stream stayed open");
+
+    // The other replica serves new requests, for either connection.
+    assert_eq!(
+        post_json(&via(&other, pb), tools_call(2, "search")).await.0,
+        200
+    );
+    let again = client()
+        .post(via(&streaming, pb).url)
+        .bearer_auth(&streaming.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(tools_call(3, "watch"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+}
+
+#[tokio::test]
+async fn replicas_whose_token_expires_together_make_one_refresh() {
+    // The first token is fresh for 2 s (it expires in 62 s; tessera
+    // refreshes 60 s ahead). The refresh token rotates on use, so a second
+    // refresh with the spent one would fail with invalid_grant.
+    let auth = AuthServer::start(62, true).await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let (pa, pb) = (Served::free_port(), Served::free_port());
+    let o = tessera(d)
+        .args([
+            "credential",
+            "add",
+            "saas",
+            "--upstream",
+            &format!("{}/mcp", auth.base),
+            "--scheme",
+            "oauth2",
+            "--token-url",
+            &format!("{}/token", auth.base),
+            "--client-id",
+            CLIENT_ID,
+            "--refresh-token-env",
+            "REFRESH",
+        ])
+        .env("REFRESH", FIRST_REFRESH)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let token = last_line(&cli(d, &["caller", "add", "agent"]));
+    let url = last_line(&cli(
+        d,
+        &[
+            "connection",
+            "add",
+            "--caller",
+            "agent",
+            "--credential",
+            "saas",
+            "--public-url",
+            &format!("http://127.0.0.1:{pa}"),
+        ],
+    ));
+    let a = Agent { token, url };
+    let b = via(&a, pb);
+    let _ra = Served::start(d, pa, &[], &[]).await;
+    let _rb = Served::start(d, pb, &[], &[]).await;
+
+    let issued = std::time::Instant::now();
+    let (s, v) = post_json(&a, tools_call(1, "t")).await;
+    assert_eq!((s, &v["result"]["token"]), (200, &serde_json::json!(1)));
+    // The other replica takes up the stored token: no request of its own.
+    let (s, v) = post_json(&b, tools_call(2, "t")).await;
+    assert_eq!((s, &v["result"]["token"]), (200, &serde_json::json!(1)));
+    assert_eq!(auth.token_requests(), 1);
+
+    // Both find the token due at once.
+    auth.set(|s| s.expires_in = 3600);
+    tokio::time::sleep(Duration::from_millis(2100).saturating_sub(issued.elapsed())).await;
+    let calls = (0..8).map(|i| {
+        let agent = if i % 2 == 0 { &a } else { &b };
+        post_json(agent, tools_call(10 + i, "t"))
+    });
+    for (s, v) in futures_util::future::join_all(calls).await {
+        assert_eq!(
+            (s, &v["result"]["token"]),
+            (200, &serde_json::json!(2)),
+            "{v}"
+        );
+    }
+    assert_eq!(auth.token_requests(), 2, "one refresh for both replicas");
+}
