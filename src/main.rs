@@ -643,8 +643,26 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
     Ok(())
 }
 
+/// The master key ring given outside the data dir: `TESSERA_MASTER_KEY`
+/// (keys separated by commas, the current first), else the file named by
+/// `TESSERA_MASTER_KEY_FILE` (one key per line: a container secret).
+fn master_key_setting() -> Result<Option<String>> {
+    if let Ok(v) = std::env::var("TESSERA_MASTER_KEY") {
+        return Ok(Some(v));
+    }
+    match std::env::var_os("TESSERA_MASTER_KEY_FILE") {
+        None => Ok(None),
+        Some(path) => std::fs::read_to_string(&path).map(Some).with_context(|| {
+            format!(
+                "reading TESSERA_MASTER_KEY_FILE {}",
+                std::path::Path::new(&path).display()
+            )
+        }),
+    }
+}
+
 fn master_key(data_dir: &std::path::Path) -> Result<MasterKey> {
-    let env = std::env::var("TESSERA_MASTER_KEY").ok();
+    let env = master_key_setting()?;
     Ok(MasterKey::load(env.as_deref(), data_dir)?)
 }
 
@@ -654,9 +672,9 @@ async fn existing_master_key(data_dir: &std::path::Path, store: &Store) -> Resul
     if store.sealed_values().await?.is_empty() {
         return master_key(data_dir);
     }
-    let env = std::env::var("TESSERA_MASTER_KEY").ok();
+    let env = master_key_setting()?;
     MasterKey::load_existing(env.as_deref(), data_dir).with_context(|| {
-        "the database holds sealed secrets but no master key was found: set TESSERA_MASTER_KEY or restore master.key in the data dir"
+        "the database holds sealed secrets but no master key was found: set TESSERA_MASTER_KEY (or TESSERA_MASTER_KEY_FILE) or restore master.key in the data dir"
     })
 }
 

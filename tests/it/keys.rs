@@ -10,7 +10,8 @@ fn run(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::proce
     c.args(args)
         .env("TEST_SECRET", SECRET)
         .env_remove("TESSERA_MASTER_KEY")
-        .env_remove("TESSERA_MASTER_KEY_NEW");
+        .env_remove("TESSERA_MASTER_KEY_NEW")
+        .env_remove("TESSERA_MASTER_KEY_FILE");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -152,4 +153,28 @@ fn add_unreachable_credential(d: &std::path::Path, env: &[(&str, &str)]) {
 /// A random master key, base64.
 fn tessera_key() -> String {
     tessera::secrets::new_key_base64()
+}
+
+#[tokio::test]
+async fn a_key_file_outside_the_data_dir_as_a_container_secret() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("master_key");
+    std::fs::write(&file, format!("{}\n", tessera_key())).unwrap();
+    let env = [("TESSERA_MASTER_KEY_FILE", file.to_str().unwrap())];
+    add_unreachable_credential(d, &env);
+    assert!(!d.join("master.key").exists(), "a key was made up");
+    let s = status(d, &env);
+    assert!(s.len() == 1 && s[0].2 && s[0].3 == 1, "{s:?}");
+    // Another key in the file: the secret does not open, serve refuses.
+    std::fs::write(&file, tessera_key()).unwrap();
+    let o = run(d, &["serve", "--listen", "127.0.0.1:0"], &env);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not open with the master key"));
+    // A file that is not there is named.
+    let gone = [("TESSERA_MASTER_KEY_FILE", "/nonexistent/master_key")];
+    let o = run(d, &["serve", "--listen", "127.0.0.1:0"], &gone);
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("reading TESSERA_MASTER_KEY_FILE /nonexistent/master_key"));
 }
