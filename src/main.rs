@@ -32,6 +32,8 @@ struct Cli {
     data_dir: PathBuf,
     /// The database: sqlite://PATH, or postgres://USER@HOST/DB for
     /// replicas sharing one store (default: tessera.db in the data dir).
+    /// TESSERA_DATABASE_URL_FILE names a file holding it instead (a
+    /// container secret: the URL may hold a password).
     #[arg(long, env = "TESSERA_DATABASE_URL", global = true)]
     database_url: Option<String>,
     #[command(subcommand)]
@@ -415,8 +417,26 @@ fn main() {
 }
 
 async fn dispatch(cli: Cli) -> Result<()> {
+    let database = match (
+        cli.database_url,
+        std::env::var_os("TESSERA_DATABASE_URL_FILE"),
+    ) {
+        (Some(url), _) => Some(url),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(&path)
+                .with_context(|| {
+                    format!(
+                        "reading TESSERA_DATABASE_URL_FILE {}",
+                        std::path::Path::new(&path).display()
+                    )
+                })?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
     let at = Place {
-        database: cli.database_url.as_deref().map(str::parse).transpose()?,
+        database: database.as_deref().map(str::parse).transpose()?,
         data_dir: cli.data_dir,
     };
     match cli.cmd {

@@ -302,3 +302,36 @@ async fn a_database_from_a_newer_tessera_is_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_database_url_can_come_from_a_file() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    last_line(&cli(d, &["migrate"]));
+    let url =
+        database_url(d).unwrap_or_else(|| format!("sqlite://{}", d.join("tessera.db").display()));
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("database_url");
+    std::fs::write(&file, format!("{url}\n")).unwrap();
+    let o = tessera(d)
+        .env_remove("TESSERA_DATABASE_URL")
+        .env("TESSERA_DATABASE_URL_FILE", &file)
+        .env("TESSERA_DATA_DIR", secrets.path().join("elsewhere"))
+        .args(["caller", "add", "from-file"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed = String::from_utf8(cli(d, &["caller", "list"]).stdout).unwrap();
+    assert!(listed.contains("from-file"), "{listed}");
+    let o = tessera(d)
+        .env_remove("TESSERA_DATABASE_URL")
+        .env("TESSERA_DATABASE_URL_FILE", "/nonexistent/database_url")
+        .args(["caller", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("reading TESSERA_DATABASE_URL_FILE /nonexistent/database_url"),
+        "{err}"
+    );
+}
