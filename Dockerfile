@@ -1,19 +1,25 @@
-# Multi-stage build: compile in the Rust image, run from a small image with
-# no shell as a non-root user. The data dir is a volume.
+# tessera's container image, in two stages.
+#
+# 1. Build the release binary with the Rust toolchain.
+# 2. Copy it, and the shipped policies, onto a distroless base: glibc and CA
+#    certificates, no shell, no package manager, running as uid 65532.
+#
+# Configuration comes from the environment (see docker-compose.yml):
+# TESSERA_DATABASE_URL_FILE and TESSERA_MASTER_KEY_FILE name mounted secret
+# files, so no secret is in the image, the environment or the compose file.
+
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-COPY migrations ./migrations
+COPY . .
 RUN cargo build --release --locked --bin tessera
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/tessera /usr/local/bin/tessera
-ENV TESSERA_DATA_DIR=/data
-VOLUME ["/data"]
+COPY --from=build /src/policies /etc/tessera/policies
+ENV TESSERA_LISTEN=0.0.0.0:7470 \
+    TESSERA_POLICIES=/etc/tessera/policies \
+    TESSERA_DATA_DIR=/tmp/tessera
+USER 65532:65532
 EXPOSE 7470
-USER nonroot
 ENTRYPOINT ["/usr/local/bin/tessera"]
-# Inside a container, listen on all interfaces; publish the port only to
-# the networks that need it.
-CMD ["serve", "--listen", "0.0.0.0:7470"]
+CMD ["serve"]
