@@ -254,12 +254,16 @@ pub async fn refresh_loop(
     let mut reloads = authz.reloads();
     let mut tick = tokio::time::interval(refresh.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A policy reload may change the schema the entities follow: it wakes
+    // the task too, rather than waiting for the next tick.
+    let mut policies_changed = false;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = refresh.wake.notified() => {}
+            r = reloads.changed() => policies_changed |= r.is_ok(),
         }
-        let policies_changed = reloads.has_changed().unwrap_or(false);
+        policies_changed |= reloads.has_changed().unwrap_or(false);
         match store.revision().await {
             Ok(r) => {
                 refresh.policy_epoch.send_if_modified(|e| {
@@ -277,6 +281,7 @@ pub async fn refresh_loop(
             }
         }
         reloads.mark_unchanged();
+        policies_changed = false;
         let policies = authz.policies();
         let previous = shared.load_full();
         match Snapshot::load_after(&store, &key, policies.schema(), Some(&previous)).await {
