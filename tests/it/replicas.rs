@@ -282,3 +282,41 @@ async fn replicas_whose_token_expires_together_make_one_refresh() {
     }
     assert_eq!(auth.token_requests(), 2, "one refresh for both replicas");
 }
+
+#[tokio::test]
+async fn the_database_password_never_reaches_the_log() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    // The test server trusts every connection, so any password connects.
+    let mut url = url::Url::parse(&database_url(d).unwrap()).unwrap();
+    url.set_password(Some("db-password-Xr4tQ9")).unwrap();
+    let port = Served::free_port();
+    let mut served = Served::start(
+        d,
+        port,
+        &[],
+        &[
+            ("TESSERA_DATABASE_URL", url.as_str()),
+            ("RUST_LOG", "debug"),
+        ],
+    )
+    .await;
+    served.wait_for("listening for changes").await;
+    let o = tessera(d)
+        .env("TESSERA_DATABASE_URL", url.as_str())
+        .args([
+            "--database-url",
+            "postgres://nobody:db-password-Xr4tQ9@127.0.0.1:1/x",
+        ])
+        .args(["caller", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("postgres://nobody:***@127.0.0.1:1/x"), "{err}");
+    assert!(!err.contains("db-password-Xr4tQ9"), "{err}");
+    served.signal("TERM");
+    served.read_to_end().await;
+    assert!(served.log.contains(":***@"), "{}", served.log);
+    assert!(!served.log.contains("db-password-Xr4tQ9"));
+}
