@@ -29,6 +29,159 @@ pub enum AdminError {
     OAuth(&'static str),
     #[error("{0}")]
     Key(String),
+    #[error("invalid ttl {0:?}: give a number and a unit: 30s, 10m, 1h, 7d")]
+    BadTtl(String),
+    #[error("invalid uses {0}: a grant allows 1 or more uses")]
+    BadUses(i64),
+    #[error("invalid scheme {0:?}: use bearer, basic, header or oauth2")]
+    BadScheme(String),
+    #[error("{0}")]
+    Policies(String),
+}
+
+/// Who an admin action is recorded as done by: an admin token's name on
+/// the admin API, `cli` for the command line.
+pub const CLI: &str = "cli";
+
+/// Record an admin action and its outcome in `admin_audit`, then hand the
+/// outcome back. A record that cannot be written fails the call, so no
+/// action done through the service layer goes unrecorded unnoticed.
+pub async fn audited<T>(
+    store: &Store,
+    actor: &str,
+    action: &str,
+    target: &str,
+    outcome: Result<T, AdminError>,
+) -> Result<T, AdminError> {
+    let said = match &outcome {
+        Ok(_) => "ok".to_string(),
+        Err(e) => e.to_string(),
+    };
+    store
+        .insert_admin_audit(actor, action, target, &said)
+        .await?;
+    outcome
+}
+
+/// A credential as listed: never its secret.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct CredentialView {
+    pub name: String,
+    pub upstream: String,
+    /// `bearer`, `basic`, `header` or `oauth2`.
+    pub scheme: String,
+    pub header_name: Option<String>,
+    pub username: Option<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// A caller as listed: never its token.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct CallerView {
+    pub name: String,
+    pub groups: Vec<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A connection as listed.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectionView {
+    pub id: String,
+    pub caller: String,
+    pub credential: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+pub async fn credentials(store: &Store) -> Result<Vec<CredentialView>, AdminError> {
+    Ok(store
+        .credentials()
+        .await?
+        .into_iter()
+        .map(|r| CredentialView {
+            scheme: if r.oauth.is_some() {
+                "oauth2".to_string()
+            } else {
+                r.scheme.as_str().to_string()
+            },
+            name: r.name,
+            upstream: r.upstream,
+            header_name: r.header_name,
+            username: r.username,
+            created_at: r.created_at,
+        })
+        .collect())
+}
+
+pub async fn callers(store: &Store) -> Result<Vec<CallerView>, AdminError> {
+    Ok(store
+        .callers()
+        .await?
+        .into_iter()
+        .map(|r| CallerView {
+            name: r.name,
+            groups: r.groups,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        })
+        .collect())
+}
+
+pub async fn connections(store: &Store) -> Result<Vec<ConnectionView>, AdminError> {
+    Ok(store
+        .connections()
+        .await?
+        .into_iter()
+        .map(|r| ConnectionView {
+            id: r.id,
+            caller: r.caller,
+            credential: r.credential,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        })
+        .collect())
+}
+
+/// Grant a held call: the same call may run `uses` times within `ttl`
+/// (`30s`, `10m`, `1h`, `7d`).
+pub async fn approval_grant(
+    store: &Store,
+    id: &str,
+    ttl: &str,
+    uses: i64,
+) -> Result<(), AdminError> {
+    let d = crate::audit::parse_since(ttl)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| AdminError::BadTtl(ttl.to_string()))?;
+    if uses < 1 {
+        return Err(AdminError::BadUses(uses));
+    }
+    let now = crate::approvals::now_ms();
+    let until = now.saturating_add(d.as_millis().min(i64::MAX as u128) as i64);
+    Ok(store.grant_approval(id, now, until, uses).await?)
+}
+
+pub async fn approval_deny(store: &Store, id: &str) -> Result<(), AdminError> {
+    Ok(store.deny_approval(id, crate::approvals::now_ms()).await?)
+}
+
+/// Create an admin token for the admin HTTP API; returns it, the only time
+/// it exists in clear (the store keeps its SHA-256).
+pub async fn admin_token_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
+    check_name(name)?;
+    let token = crate::secrets::new_admin_token();
+    store
+        .add_admin_token(name, &token_digest(token.expose_secret().as_bytes()))
+        .await?;
+    Ok(token)
+}
+
+pub async fn admin_token_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
+    Ok(store.revoke_admin_token(name).await?)
 }
 
 /// A credential definition as given on the command line.

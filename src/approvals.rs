@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::store::{Store, StoreError};
 
 /// What identifies one call. Absent tool or arguments are `""`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct CallKey {
     pub caller: String,
     pub connection: String,
@@ -30,7 +30,8 @@ pub struct CallKey {
 }
 
 /// Where an approval stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum Status {
     Pending,
     Granted,
@@ -79,7 +80,7 @@ pub struct NewApproval {
 }
 
 /// An approval as stored.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Approval {
     pub id: String,
     /// Unix milliseconds.

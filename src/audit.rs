@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::store::Store;
 
 /// One decision, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct AuditRecord {
     pub id: i64,
     /// Unix milliseconds.

@@ -13,3 +13,55 @@ pub type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 pub fn full(b: Bytes) -> ProxyBody {
     Full::new(b).map_err(|never| match never {}).boxed()
 }
+
+/// A response body counted as it passes: its bytes go to the `bytes out`
+/// counter frame by frame, and an event stream counts as open until the
+/// body is dropped (finished, or the caller gone).
+pub struct Metered<B> {
+    inner: B,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    _stream: Option<crate::metrics::StreamGuard>,
+}
+
+impl<B> Metered<B> {
+    pub fn new(
+        inner: B,
+        metrics: &std::sync::Arc<crate::metrics::Metrics>,
+        event_stream: bool,
+    ) -> Self {
+        Metered {
+            inner,
+            _stream: event_stream.then(|| metrics.stream_opened()),
+            metrics: metrics.clone(),
+        }
+    }
+}
+
+impl<B> http_body::Body for Metered<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(f))) = &polled {
+            if let Some(d) = f.data_ref() {
+                self.metrics.bytes_out(d.len());
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -10,6 +10,8 @@ use url::Url;
 
 /// Defaults, in one place.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7470";
+/// The admin API's listener: loopback, next to the data plane's port.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:7471";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
 pub const DEFAULT_AUTHORIZER_TIMEOUT_MS: u64 = 2_000;

@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod admin_api;
 pub mod approvals;
 pub mod audit;
 pub mod authn;
@@ -47,6 +48,7 @@ pub mod h1;
 pub mod jsonrpc;
 pub mod logging;
 pub mod login;
+pub mod metrics;
 pub mod oauth;
 pub mod policy;
 pub mod pool;

@@ -81,6 +81,9 @@ enum Cmd {
     /// The master key ring that seals stored secrets.
     #[command(subcommand)]
     Key(KeyCmd),
+    /// Tokens for the admin HTTP API (`serve --admin-listen`).
+    #[command(subcommand)]
+    AdminToken(AdminTokenCmd),
     /// Apply the database migrations (serve and every command also do at
     /// start) and print the schema version.
     Migrate,
@@ -104,6 +107,21 @@ enum Cmd {
         #[arg(long)]
         follow: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum AdminTokenCmd {
+    /// Create an admin token; it is printed once, as the last line (the
+    /// store keeps only its SHA-256). Restart serve to open the admin
+    /// listener if this is the first token.
+    Add {
+        name: String,
+    },
+    /// Revoke an admin token: the admin API refuses it at once.
+    Revoke {
+        name: String,
+    },
+    List(ListArgs),
 }
 
 #[derive(Subcommand)]
@@ -182,6 +200,10 @@ enum PolicyCmd {
 struct ServeArgs {
     #[arg(long, env = "TESSERA_LISTEN", default_value = config::DEFAULT_LISTEN)]
     listen: SocketAddr,
+    /// The admin API, health and metrics listener. It opens only when at
+    /// least one admin token exists (tessera admin-token add NAME).
+    #[arg(long, env = "TESSERA_ADMIN_LISTEN", default_value = config::DEFAULT_ADMIN_LISTEN)]
+    admin_listen: SocketAddr,
     /// Base of the connection URLs handed to agents (default: from --listen).
     #[arg(long, env = "TESSERA_PUBLIC_URL")]
     public_url: Option<String>,
@@ -447,6 +469,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Policy(c) => policy(&at, c).await,
         Cmd::Approval(c) => approval(&at, c).await,
         Cmd::Key(c) => key(&at, c).await,
+        Cmd::AdminToken(c) => admin_token(&at, c).await,
         Cmd::Migrate => {
             let store = at.store().await?;
             println!("schema at migration {}", store.schema_version());
@@ -507,7 +530,9 @@ fn load_policies(dir: Option<&std::path::Path>) -> Result<Policies> {
 async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
     match c {
         PolicyCmd::Reload => {
-            at.store().await?.bump_policies().await?;
+            let store = at.store().await?;
+            let done = store.bump_policies().await.map_err(Into::into);
+            admin::audited(&store, admin::CLI, "policy.reload", "*", done).await?;
             println!("asked every serving process to reload its policies");
         }
         PolicyCmd::Check { dir } => {
@@ -641,22 +666,16 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             }
         }
         ApprovalCmd::Grant { id, ttl, uses } => {
-            let d = tessera::audit::parse_since(&ttl)
-                .filter(|d| !d.is_zero())
-                .with_context(|| {
-                    format!("--ttl {ttl:?}: give a number and a unit: 30s, 10m, 1h, 7d")
-                })?;
-            let now = now_ms();
-            store
-                .grant_approval(&id, now, now + d.as_millis() as i64, uses)
-                .await?;
+            let done = admin::approval_grant(&store, &id, &ttl, uses).await;
+            admin::audited(&store, admin::CLI, "approval.grant", &id, done).await?;
             println!(
                 "granted {id}: the same call may run {uses} {} within {ttl}",
                 if uses == 1 { "time" } else { "times" }
             );
         }
         ApprovalCmd::Deny { id } => {
-            store.deny_approval(&id, now_ms()).await?;
+            let done = admin::approval_deny(&store, &id).await;
+            admin::audited(&store, admin::CLI, "approval.deny", &id, done).await?;
             println!("denied {id}");
         }
     }
@@ -698,13 +717,48 @@ async fn existing_master_key(data_dir: &std::path::Path, store: &Store) -> Resul
     })
 }
 
+async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
+    let store = at.store().await?;
+    match c {
+        AdminTokenCmd::Add { name } => {
+            let done = admin::admin_token_add(&store, &name).await;
+            let token = admin::audited(&store, admin::CLI, "admin-token.add", &name, done).await?;
+            println!("admin token {name} added; it is shown once, below:");
+            println!("{}", token.expose_secret());
+        }
+        AdminTokenCmd::Revoke { name } => {
+            let done = admin::admin_token_revoke(&store, &name).await;
+            admin::audited(&store, admin::CLI, "admin-token.revoke", &name, done).await?;
+            println!("admin token {name} revoked");
+        }
+        AdminTokenCmd::List(l) => {
+            let rows = store.admin_tokens().await?;
+            if l.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:<24} STATUS", "NAME");
+                for r in rows {
+                    let status = if r.revoked_at.is_some() {
+                        "revoked"
+                    } else {
+                        "live"
+                    };
+                    println!("{:<24} {status}", r.name);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn key(at: &Place, c: KeyCmd) -> Result<()> {
     let store = at.store().await?;
     let key = existing_master_key(&at.data_dir, &store).await?;
     match c {
         KeyCmd::Rotate => {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
-            let r = admin::key_rotate(&store, &key, new).await?;
+            let done = admin::key_rotate(&store, &key, new).await;
+            let r = admin::audited(&store, admin::CLI, "key.rotate", "*", done).await?;
             println!(
                 "re-sealed {} {} under key {}",
                 r.resealed,
@@ -784,6 +838,8 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(());
+    serve_admin(&state, a.admin_listen, admin_stopped).await?;
     tracing::info!(listen = %listener.local_addr()?, public_url = %cfg.public_url, "tessera serving");
     // Start-up lines are shown at once, not a second later.
     log.flush();
@@ -794,8 +850,42 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
         Duration::from_secs(5),
     )
     .await;
+    drop(stop_admin);
     // Every decision made is on disk before the process ends.
     state.audit.flush().await;
+    Ok(())
+}
+
+/// Open the admin listener when at least one live admin token exists; it
+/// closes when `stop` is dropped.
+async fn serve_admin(
+    state: &std::sync::Arc<tessera::server::State>,
+    addr: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) -> Result<()> {
+    let tokens = state.store.admin_tokens().await?;
+    if tokens.iter().all(|t| t.revoked_at.is_some()) {
+        tracing::info!(
+            "admin listener off: no admin token (tessera admin-token add NAME, then restart)"
+        );
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the admin listener {addr}"))?;
+    tracing::info!(admin_listen = %listener.local_addr()?, "admin API serving");
+    let app = tessera::admin_api::router(state.clone());
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.changed().await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(error = %e, "the admin listener failed");
+        }
+    });
     Ok(())
 }
 
@@ -966,13 +1056,15 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 username: username.as_deref(),
                 secret,
             };
-            admin::credential_add(&store, &key, spec).await?;
+            let done = admin::credential_add(&store, &key, spec).await;
+            admin::audited(&store, admin::CLI, "credential.add", &name, done).await?;
             println!("credential {name} added for {upstream}");
         }
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
             let key = existing_master_key(&at.data_dir, &store).await?;
-            admin::credential_set_secret(&store, &key, &name, secret).await?;
+            let done = admin::credential_set_secret(&store, &key, &name, secret).await;
+            admin::audited(&store, admin::CLI, "credential.set-secret", &name, done).await?;
             println!("credential {name}: secret replaced");
         }
         CredentialCmd::Login {
@@ -1007,29 +1099,13 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             .await?;
         }
         CredentialCmd::List(l) => {
-            let rows = store.credentials().await?;
+            let rows = admin::credentials(&store).await?;
             if l.json {
-                let v: Vec<_> = rows
-                    .iter()
-                    .map(|r| {
-                        serde_json::json!({
-                            "name": r.name, "upstream": r.upstream,
-                            "scheme": if r.oauth.is_some() { "oauth2" } else { r.scheme.as_str() },
-                            "header_name": r.header_name, "username": r.username,
-                            "created_at": r.created_at,
-                        })
-                    })
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!("{:<24} {:<8} UPSTREAM", "NAME", "SCHEME");
                 for r in rows {
-                    let scheme = if r.oauth.is_some() {
-                        "oauth2"
-                    } else {
-                        r.scheme.as_str()
-                    };
-                    println!("{:<24} {:<8} {}", r.name, scheme, r.upstream);
+                    println!("{:<24} {:<8} {}", r.name, r.scheme, r.upstream);
                 }
             }
         }
@@ -1054,7 +1130,7 @@ async fn credential_add_oauth(
         .then(|| read_secret(oauth.refresh_token_env.as_deref()))
         .transpose()?;
     let key = master_key(data_dir)?;
-    admin::credential_add_oauth(
+    let done = admin::credential_add_oauth(
         store,
         &key,
         admin::OAuthSpec {
@@ -1074,7 +1150,8 @@ async fn credential_add_oauth(
             refresh_token,
         },
     )
-    .await?;
+    .await;
+    admin::audited(store, admin::CLI, "credential.add", name, done).await?;
     println!("credential {name} added for {upstream} (OAuth 2)");
     Ok(())
 }
@@ -1083,22 +1160,20 @@ async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         CallerCmd::Add { name, groups } => {
-            let token = admin::caller_add(&store, &name, &groups).await?;
+            let done = admin::caller_add(&store, &name, &groups).await;
+            let token = admin::audited(&store, admin::CLI, "caller.add", &name, done).await?;
             println!("caller {name} added; its token is shown once, below:");
             println!("{}", token.expose_secret());
         }
         CallerCmd::Revoke { name } => {
-            admin::caller_revoke(&store, &name).await?;
+            let done = admin::caller_revoke(&store, &name).await;
+            admin::audited(&store, admin::CLI, "caller.revoke", &name, done).await?;
             println!("caller {name} revoked");
         }
         CallerCmd::List(l) => {
-            let rows = store.callers().await?;
+            let rows = admin::callers(&store).await?;
             if l.json {
-                let v: Vec<_> = rows
-                    .iter()
-                    .map(|r| serde_json::json!({"name": r.name, "groups": r.groups, "created_at": r.created_at, "revoked_at": r.revoked_at}))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!("{:<24} {:<8} GROUPS", "NAME", "STATUS");
                 for r in rows {
@@ -1131,27 +1206,21 @@ async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                 Some(u) => config::parse_public_url(&u)?,
                 None => config::default_public_url(config::DEFAULT_LISTEN.parse()?),
             };
-            let url = admin::connection_add(&store, &public_url, &caller, &credential).await?;
+            let done = admin::connection_add(&store, &public_url, &caller, &credential).await;
+            let target = format!("{caller} on {credential}");
+            let url = admin::audited(&store, admin::CLI, "connection.add", &target, done).await?;
             println!("connection added for caller {caller} on credential {credential}:");
             println!("{url}");
         }
         ConnectionCmd::Revoke { id_or_url } => {
-            admin::connection_revoke(&store, &id_or_url).await?;
+            let done = admin::connection_revoke(&store, &id_or_url).await;
+            admin::audited(&store, admin::CLI, "connection.revoke", &id_or_url, done).await?;
             println!("connection revoked");
         }
         ConnectionCmd::List(l) => {
-            let rows = store.connections().await?;
+            let rows = admin::connections(&store).await?;
             if l.json {
-                let v: Vec<_> = rows
-                    .iter()
-                    .map(|r| {
-                        serde_json::json!({
-                            "id": r.id, "caller": r.caller, "credential": r.credential,
-                            "created_at": r.created_at, "revoked_at": r.revoked_at,
-                        })
-                    })
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 println!("{:<34} {:<20} {:<20} STATUS", "ID", "CALLER", "CREDENTIAL");
                 for r in rows {

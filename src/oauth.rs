@@ -132,6 +132,8 @@ pub struct OAuthContext<'a> {
     pub margin: Duration,
     /// The whole token request.
     pub timeout: Duration,
+    /// Token requests are counted by credential and outcome.
+    pub metrics: &'a crate::metrics::Metrics,
 }
 
 /// One OAuth credential's token, shared by the requests that use it.
@@ -253,8 +255,10 @@ impl OAuthSource {
         }
         let fetched = tokio::time::timeout(cx.timeout, self.fetch(cx.client))
             .await
-            .map_err(|_| TokenError::Timeout(cx.timeout.as_millis()))??;
-        let (token, expires_at, rotated) = fetched;
+            .map_err(|_| TokenError::Timeout(cx.timeout.as_millis()))
+            .and_then(|r| r);
+        cx.metrics.token_refresh(&self.credential, fetched.is_ok());
+        let (token, expires_at, rotated) = fetched?;
         let t = Arc::new(Token {
             injection: bearer(&token)
                 .map_err(|_| TokenError::BadResponse("an unusable access_token"))?,

@@ -225,6 +225,25 @@ impl Policies {
         )
     }
 
+    /// Validate policy texts (file name, text) as `load_dir` does a
+    /// folder's, against `schema` or the built-in schema.
+    pub fn from_texts(
+        origin: &str,
+        schema: Option<&str>,
+        files: Vec<(String, String)>,
+    ) -> Result<Policies, PolicyErrors> {
+        if files.is_empty() {
+            return Err(PolicyErrors(vec![PolicyError::Empty {
+                dir: origin.to_string(),
+            }]));
+        }
+        Self::from_sources(
+            origin,
+            ("schema.cedarschema", schema.unwrap_or(BUILTIN_SCHEMA)),
+            files,
+        )
+    }
+
     /// Parse, name and validate policy files against a schema.
     fn from_sources(
         origin: &str,

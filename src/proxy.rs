@@ -17,7 +17,7 @@ use crate::approvals::{self, arguments_digest, CallKey, Held, Settled};
 use crate::audit::{sha256_hex, AuditRecord};
 use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
-use crate::body::ProxyBody;
+use crate::body::{Metered, ProxyBody};
 use crate::error::ProxyError;
 use crate::filter::{credential_rejected, filter_response_headers};
 use crate::forward::{upstream_request, upstream_uri, SendError};
@@ -92,6 +92,13 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Proxy
         status = resp.status().as_u16(),
         micros = started.elapsed().as_micros() as u64,
     );
+    let outcome = match access.reason {
+        Some(_) => crate::metrics::Outcome::Refused,
+        None => crate::metrics::Outcome::Forwarded,
+    };
+    state
+        .metrics
+        .request(outcome, resp.status().as_u16(), access.reason);
     audit(&state, access, &method, resp.status().as_u16(), started).await;
     resp
 }
@@ -163,6 +170,7 @@ async fn proxy(
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
     // read it once, inspect it, forward that same buffer.
     let body = read_bounded(&parts.headers, body, state.config.max_body_bytes).await?;
+    state.metrics.bytes_in(body.len());
     let peeked = if parts.method == http::Method::POST {
         Some(peek(&body)?)
     } else {
@@ -268,7 +276,11 @@ async fn proxy(
     // The secret injected on this request never comes back, in headers or
     // body, whatever the upstream echoes.
     redactor.headers(&mut parts.headers);
-    let body = redactor.body(body);
+    let event_stream = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let body = Metered::new(redactor.body(body), &state.metrics, event_stream);
     let body = match tool_filter {
         None => body.boxed(),
         Some(f) => {
@@ -296,7 +308,10 @@ async fn send(
     credential: &str,
 ) -> Result<Response<crate::forward::UpstreamBody>, ProxyError> {
     let credential = credential.to_string();
-    match tokio::time::timeout(state.config.upstream_timeout, state.client.send(req)).await {
+    let sent = Instant::now();
+    let resp = tokio::time::timeout(state.config.upstream_timeout, state.client.send(req)).await;
+    state.metrics.upstream_latency(sent.elapsed());
+    match resp {
         Err(_) => Err(ProxyError::UpstreamTimeout { credential }),
         Ok(Err(SendError::Connect(_))) => Err(ProxyError::UpstreamUnreachable { credential }),
         Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol { credential }),

@@ -254,12 +254,22 @@ pub const CALLER_TOKEN_PREFIX: &str = "tsr_";
 
 /// A new caller token: the prefix and 256 random bits.
 pub fn new_caller_token() -> SecretString {
+    new_token(CALLER_TOKEN_PREFIX)
+}
+
+/// Admin tokens start with this, so one is never mistaken for a caller's
+/// (and a secret scanner can tell them apart).
+pub const ADMIN_TOKEN_PREFIX: &str = "tsa_";
+
+/// A new admin token: 256 random bits.
+pub fn new_admin_token() -> SecretString {
+    new_token(ADMIN_TOKEN_PREFIX)
+}
+
+fn new_token(prefix: &str) -> SecretString {
     let mut b = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut b);
-    SecretString::from(format!(
-        "{CALLER_TOKEN_PREFIX}{}",
-        URL_SAFE_NO_PAD.encode(b)
-    ))
+    SecretString::from(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(b)))
 }
 
 /// A new connection id: 192 random bits, URL-safe, starting with a letter

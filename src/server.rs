@@ -37,6 +37,8 @@ pub struct State {
     pub store: Store,
     /// The master key, to seal refreshed OAuth tokens.
     key: Arc<MasterKey>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
     /// The store's policy epoch (`tessera policy reload`).
@@ -88,6 +90,7 @@ impl State {
                 .map(crate::ext_authz::ExternalAuthorizer::new),
             store,
             key,
+            metrics: Arc::default(),
             snapshot: shared,
             public_host,
             policy_epoch: epoch_rx,
@@ -106,6 +109,11 @@ impl State {
         }))
     }
 
+    /// The master key ring, for admin actions that seal a secret.
+    pub fn master_key(&self) -> &MasterKey {
+        &self.key
+    }
+
     /// What an OAuth token refresh needs.
     pub fn oauth_context(&self) -> crate::oauth::OAuthContext<'_> {
         crate::oauth::OAuthContext {
@@ -114,6 +122,7 @@ impl State {
             key: &self.key,
             margin: self.config.token_margin,
             timeout: self.config.token_timeout,
+            metrics: &self.metrics,
         }
     }
 

@@ -119,6 +119,32 @@ pub struct NewCredential<'a> {
 enum Revocable {
     Caller,
     Connection,
+    AdminToken,
+}
+
+/// An admin token as listed: never its value or digest.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdminTokenRow {
+    pub name: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// One admin action, as recorded.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct AdminAction {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    /// The admin token's name, or `cli`.
+    pub actor: String,
+    /// e.g. `caller.add`, `approval.grant`.
+    pub action: String,
+    /// The name or id acted on.
+    pub target: String,
+    /// `ok`, or the error the action met.
+    pub outcome: String,
 }
 
 /// Which database holds the store.
@@ -207,6 +233,12 @@ pub struct Store {
 /// Both folders carry the same versions with the same meaning.
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 fn now() -> i64 {
     SystemTime::now()
@@ -591,6 +623,11 @@ impl Store {
                 "SELECT revoked_at FROM connections WHERE id = $1",
                 "UPDATE connections SET revoked_at = $1 WHERE id = $2",
             ),
+            Revocable::AdminToken => (
+                "admin token",
+                "SELECT revoked_at FROM admin_tokens WHERE name = $1",
+                "UPDATE admin_tokens SET revoked_at = $1 WHERE name = $2",
+            ),
         };
         let name = || key.to_string();
         let mut tx = self.pool.begin().await?;
@@ -611,6 +648,115 @@ impl Store {
         Self::bump(&mut tx).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Store an admin token's digest under its name.
+    pub async fn add_admin_token(
+        &self,
+        name: &str,
+        token_sha256: &[u8; 32],
+    ) -> Result<(), StoreError> {
+        let r = sqlx::query(
+            "INSERT INTO admin_tokens (name, token_sha256, created_at) VALUES ($1, $2, $3)",
+        )
+        .bind(name)
+        .bind(&token_sha256[..])
+        .bind(now())
+        .execute(&self.pool)
+        .await;
+        match r {
+            Err(e) if unique_violation(&e) => Err(StoreError::Duplicate {
+                kind: "admin token",
+                name: name.to_string(),
+            }),
+            r => r.map(drop).map_err(Into::into),
+        }
+    }
+
+    /// Revoke an admin token: the admin listener refuses it at once (it
+    /// reads the table on each admin request).
+    pub async fn revoke_admin_token(&self, name: &str) -> Result<(), StoreError> {
+        self.revoke(Revocable::AdminToken, name).await
+    }
+
+    /// The live admin token with this digest, by name. Compared in SQL by
+    /// an indexed equality on the digest: no timing signal about a token
+    /// leaks from comparing digests of a 256-bit random value.
+    pub async fn admin_token_by_digest(
+        &self,
+        token_sha256: &[u8; 32],
+    ) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT name FROM admin_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL",
+        )
+        .bind(&token_sha256[..])
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Every admin token (names and dates; digests stay in the database).
+    pub async fn admin_tokens(&self) -> Result<Vec<AdminTokenRow>, StoreError> {
+        let rows =
+            sqlx::query("SELECT name, created_at, revoked_at FROM admin_tokens ORDER BY name")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(AdminTokenRow {
+                    name: r.try_get("name")?,
+                    created_at: r.try_get("created_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Record one admin action.
+    pub async fn insert_admin_audit(
+        &self,
+        actor: &str,
+        action: &str,
+        target: &str,
+        outcome: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO admin_audit (at, actor, action, target, outcome) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(now_ms())
+        .bind(actor)
+        .bind(action)
+        .bind(target)
+        .bind(outcome)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Admin actions, newest first, at most `limit`, before id `before`.
+    pub async fn admin_audit(
+        &self,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<AdminAction>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, at, actor, action, target, outcome FROM admin_audit WHERE id < $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(AdminAction {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    actor: r.try_get("actor")?,
+                    action: r.try_get("action")?,
+                    target: r.try_get("target")?,
+                    outcome: r.try_get("outcome")?,
+                })
+            })
+            .collect()
     }
 
     pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {
@@ -701,13 +847,15 @@ impl Store {
             "SELECT * FROM (SELECT * FROM audit \
              WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
                AND ($3 IS NULL OR at >= $3) AND id > $4 \
-             ORDER BY id * (CASE WHEN $4 > 0 THEN 1 ELSE -1 END) LIMIT $5) AS newest ORDER BY id",
+             ORDER BY id * $6 LIMIT $5) AS newest ORDER BY id",
         )
         .bind(&q.caller)
         .bind(&q.connection)
         .bind(q.since)
         .bind(q.after_id.unwrap_or(0))
         .bind(q.limit)
+        // After an id: the oldest following it; else the newest.
+        .bind(if q.after_id.is_some() { 1_i64 } else { -1 })
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()

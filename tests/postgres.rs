@@ -5,6 +5,8 @@
 //! postgres://postgres@127.0.0.1:5432/test), dropped after the test. A
 //! server that cannot be reached fails the tests: it is never skipped.
 
+#[path = "it/admin_api.rs"]
+mod admin_api;
 #[path = "it/approvals.rs"]
 mod approvals;
 #[path = "it/audit.rs"]

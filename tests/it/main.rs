@@ -1,6 +1,7 @@
 //! tessera's integration tests, compiled as one binary: real sockets, a
 //! real upstream, the real data plane and the real CLI.
 
+mod admin_api;
 mod approvals;
 mod audit;
 mod cli;
