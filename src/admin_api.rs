@@ -105,6 +105,39 @@ impl From<AdminError> for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
+// Patterns below: a name (credential, caller, group) as
+// `admin::check_name` allows, and a connection or approval id.
+
+/// A credential or caller name in the path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // read by axum's Path extractor as a plain String
+struct NamePath {
+    #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    name: String,
+}
+
+/// A connection or approval id in the path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct IdPath {
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    id: String,
+}
+
+/// A page size, 1 to 1000 (default 100); anything else is refused, not
+/// quietly changed.
+fn page_size(limit: Option<i64>) -> ApiResult<i64> {
+    match limit.unwrap_or(100) {
+        n @ 1..=1000 => Ok(n),
+        n => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("limit {n}: give 1 to 1000"),
+        )),
+    }
+}
+
 /// A JSON request body whose rejections (not JSON, wrong content type,
 /// wrong fields) are answered as [`ApiError`]s like every other error.
 struct Body<T>(T);
@@ -282,16 +315,20 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewCredential {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     name: String,
+    /// An http(s) URL without credentials or fragment.
+    #[schema(pattern = "^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$")]
     upstream: String,
     /// `bearer` (default), `basic`, `header` or `oauth2`.
     #[serde(default = "bearer_scheme")]
+    #[schema(pattern = "^(bearer|basic|header|oauth2)$")]
     scheme: String,
     /// The header that carries the secret, with `header`.
     header_name: Option<String>,
     /// The user name, with `basic`.
     username: Option<String>,
-    #[schema(value_type = Option<String>, format = Password)]
+    #[schema(value_type = Option<String>, format = Password, min_length = 1)]
     secret: Option<SecretString>,
     /// With `oauth2`: the token endpoint.
     token_url: Option<String>,
@@ -303,7 +340,7 @@ pub struct NewCredential {
     /// With `oauth2`.
     audience: Option<String>,
     /// With `oauth2`: use the refresh-token grant.
-    #[schema(value_type = Option<String>, format = Password)]
+    #[schema(value_type = Option<String>, format = Password, min_length = 1)]
     refresh_token: Option<SecretString>,
 }
 
@@ -315,7 +352,7 @@ fn bearer_scheme() -> String {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSecret {
-    #[schema(value_type = String, format = Password)]
+    #[schema(value_type = String, format = Password, pattern = "^[^\\x00-\\x1f\\x7f]+$")]
     secret: SecretString,
 }
 
@@ -329,7 +366,7 @@ async fn list_credentials(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec
 /// Register an upstream and its credential. The secret is sealed at once
 /// and never returned.
 #[utoipa::path(post, path = "/v1/credentials", tag = "credentials", request_body = NewCredential,
-    responses((status = 201, body = CredentialView), (status = 409, body = ApiError),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 201, body = CredentialView), (status = 409, body = ApiError),
         (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn add_credential(
     AxState(s): AxState<Arc<State>>,
@@ -350,6 +387,16 @@ async fn add_credential(
 
 async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminError> {
     let key = s.master_key();
+    let oauth_fields = c.token_url.is_some()
+        || c.client_id.is_some()
+        || !c.scopes.is_empty()
+        || c.audience.is_some()
+        || c.refresh_token.is_some();
+    if c.scheme != "oauth2" && oauth_fields {
+        return Err(AdminError::OAuth(
+            "token_url, client_id, scopes, audience and refresh_token apply to scheme oauth2 only",
+        ));
+    }
     if c.scheme == "oauth2" {
         if c.header_name.is_some() || c.username.is_some() {
             return Err(AdminError::OAuth(
@@ -402,8 +449,8 @@ async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminEr
 
 /// Replace a credential's secret; requests use it within one refresh.
 #[utoipa::path(put, path = "/v1/credentials/{name}/secret", tag = "credentials", request_body = NewSecret,
-    params(("name" = String, Path)),
-    responses((status = 204), (status = 404, body = ApiError), (status = 422, body = ApiError),
+    params(NamePath),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 422, body = ApiError),
         (status = 401, body = ApiError)))]
 async fn set_credential_secret(
     AxState(s): AxState<Arc<State>>,
@@ -421,11 +468,19 @@ async fn set_credential_secret(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewCaller {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     name: String,
     /// Groups for policies (`Group::"name"`).
     #[serde(default)]
+    #[schema(inline, value_type = Vec<GroupName>)]
     groups: Vec<String>,
 }
+
+/// A group name.
+#[derive(ToSchema)]
+#[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+#[allow(dead_code)]
+struct GroupName(String);
 
 /// A new caller and its token: the only time the token is shown.
 #[derive(Serialize, ToSchema)]
@@ -444,7 +499,7 @@ async fn list_callers(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec<Cal
 
 /// Create a caller; its token is in this response only.
 #[utoipa::path(post, path = "/v1/callers", tag = "callers", request_body = NewCaller,
-    responses((status = 201, body = CreatedCaller), (status = 409, body = ApiError),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 201, body = CreatedCaller), (status = 409, body = ApiError),
         (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn add_caller(
     AxState(s): AxState<Arc<State>>,
@@ -467,7 +522,7 @@ async fn add_caller(
 }
 
 /// Revoke a caller: its connections stop working with it. The record stays.
-#[utoipa::path(delete, path = "/v1/callers/{name}", tag = "callers", params(("name" = String, Path)),
+#[utoipa::path(delete, path = "/v1/callers/{name}", tag = "callers", params(NamePath),
     responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
         (status = 401, body = ApiError)))]
 async fn revoke_caller(
@@ -485,7 +540,9 @@ async fn revoke_caller(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewConnection {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     caller: String,
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     credential: String,
 }
 
@@ -506,7 +563,7 @@ async fn list_connections(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec
 
 /// Allocate an address binding a live caller to a credential.
 #[utoipa::path(post, path = "/v1/connections", tag = "connections", request_body = NewConnection,
-    responses((status = 201, body = CreatedConnection), (status = 404, body = ApiError),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 201, body = CreatedConnection), (status = 404, body = ApiError),
         (status = 409, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn add_connection(
     AxState(s): AxState<Arc<State>>,
@@ -529,7 +586,7 @@ async fn add_connection(
     ))
 }
 
-#[utoipa::path(delete, path = "/v1/connections/{id}", tag = "connections", params(("id" = String, Path)),
+#[utoipa::path(delete, path = "/v1/connections/{id}", tag = "connections", params(IdPath),
     responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
         (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn revoke_connection(
@@ -551,6 +608,7 @@ pub struct ApprovalsQuery {
     #[serde(default)]
     all: bool,
     /// At most this many, newest first (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
@@ -558,19 +616,21 @@ pub struct ApprovalsQuery {
 #[serde(deny_unknown_fields)]
 pub struct GrantBody {
     /// How long the grant lasts: `30s`, `10m` (default), `1h`, `7d`.
+    #[schema(pattern = "^[1-9][0-9]{0,5}[smhd]$")]
     ttl: Option<String>,
     /// How many times the call may run within the ttl (default 1).
-    uses: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 1)]
+    uses: Option<serde_json::Number>,
 }
 
 /// Calls held for a person's approval, newest first.
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
-    responses((status = 200, body = Vec<Approval>), (status = 401, body = ApiError)))]
+    responses((status = 422, body = ApiError), (status = 200, body = Vec<Approval>), (status = 401, body = ApiError)))]
 async fn list_approvals(
     AxState(s): AxState<Arc<State>>,
     Params(q): Params<ApprovalsQuery>,
 ) -> ApiResult<Json<Vec<Approval>>> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = page_size(q.limit)?;
     Ok(Json(
         s.store
             .approvals(q.all, limit)
@@ -581,24 +641,37 @@ async fn list_approvals(
 
 /// Allow the held call (same tool, same arguments) to run.
 #[utoipa::path(post, path = "/v1/approvals/{id}/grant", tag = "approvals",
-    params(("id" = String, Path)), request_body(content = Option<GrantBody>),
-    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
+    params(IdPath), request_body(content = Option<GrantBody>),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
         (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn grant_approval(
     AxState(s): AxState<Arc<State>>,
     Extension(Admin(actor)): Extension<Admin>,
     Path(id): Path<String>,
-    body: Option<Body<GrantBody>>,
+    body: Option<Body<Option<GrantBody>>>,
 ) -> ApiResult<StatusCode> {
-    let b = body.map(|Body(b)| b).unwrap_or_default();
+    let b = body.and_then(|Body(b)| b).unwrap_or_default();
     let ttl = b.ttl.as_deref().unwrap_or("10m");
-    let done = admin::approval_grant(&s.store, &id, ttl, b.uses.unwrap_or(1)).await;
+    // JSON has one number type: 2.0 is the integer 2.
+    let uses = match &b.uses {
+        None => 1,
+        Some(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("uses {n}: give a whole number"),
+                )
+            })?,
+    };
+    let done = admin::approval_grant(&s.store, &id, ttl, uses).await;
     admin::audited(&s.store, &actor, "approval.grant", &id, done).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Refuse the held call; the denial stands.
-#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(("id" = String, Path)),
+#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(IdPath),
     responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
         (status = 401, body = ApiError)))]
 async fn deny_approval(
@@ -623,8 +696,10 @@ pub struct AuditParams {
     since_ms: Option<i64>,
     /// A page: the records following this id, oldest first. Without it,
     /// the newest records.
+    #[param(minimum = 0)]
     after_id: Option<i64>,
     /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
@@ -638,7 +713,7 @@ pub struct AuditPage {
 
 /// The audit trail of authorization decisions, oldest first within a page.
 #[utoipa::path(get, path = "/v1/audit", tag = "audit", params(AuditParams),
-    responses((status = 200, body = AuditPage), (status = 401, body = ApiError)))]
+    responses((status = 422, body = ApiError), (status = 200, body = AuditPage), (status = 401, body = ApiError)))]
 async fn query_audit(
     AxState(s): AxState<Arc<State>>,
     Params(p): Params<AuditParams>,
@@ -654,7 +729,7 @@ async fn query_audit(
         connection: p.connection,
         since: p.since_ms,
         after_id: p.after_id,
-        limit: p.limit.unwrap_or(100).clamp(1, 1000),
+        limit: page_size(p.limit)?,
     };
     let records = s.store.audit(&q).await.map_err(AdminError::from)?;
     let next_after_id = records.last().map(|r| r.id).or(p.after_id);
@@ -668,19 +743,27 @@ async fn query_audit(
 #[into_params(parameter_in = Query)]
 pub struct AdminAuditParams {
     /// A page: the actions before this id, newest first.
+    #[param(minimum = 0)]
     before_id: Option<i64>,
     /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
 /// Admin actions (API and CLI), newest first.
 #[utoipa::path(get, path = "/v1/admin-audit", tag = "audit", params(AdminAuditParams),
-    responses((status = 200, body = Vec<AdminAction>), (status = 401, body = ApiError)))]
+    responses((status = 422, body = ApiError), (status = 200, body = Vec<AdminAction>), (status = 401, body = ApiError)))]
 async fn admin_audit(
     AxState(s): AxState<Arc<State>>,
     Params(p): Params<AdminAuditParams>,
 ) -> ApiResult<Json<Vec<AdminAction>>> {
-    let limit = p.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = page_size(p.limit)?;
+    if p.before_id.is_some_and(|b| b < 0) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "before_id must be 0 or more",
+        ));
+    }
     Ok(Json(
         s.store
             .admin_audit(p.before_id, limit)
@@ -733,7 +816,7 @@ async fn policies_in_force(AxState(s): AxState<Arc<State>>) -> Json<PolicySet> {
 
 /// Validate policies against the schema without installing them.
 #[utoipa::path(post, path = "/v1/policies/check", tag = "policies", request_body = PolicyTexts,
-    responses((status = 200, body = PolicyCheck), (status = 422, body = ApiError),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 200, body = PolicyCheck), (status = 422, body = ApiError),
         (status = 401, body = ApiError)))]
 async fn check_policies(Body(t): Body<PolicyTexts>) -> ApiResult<Json<PolicyCheck>> {
     let p = crate::policy::Policies::from_texts(
