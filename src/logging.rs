@@ -29,6 +29,65 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Logfmt;
 
+/// The same events as one JSON object per line (`--log-format json`):
+/// `{"time":…,"level":…,"target":…,"msg":…,<fields>}`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JsonLines;
+
+impl<S, N> FormatEvent<S, N> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        format_json_line(&mut w, SystemTime::now(), event)
+    }
+}
+
+fn format_json_line(
+    w: &mut dyn std::fmt::Write,
+    now: SystemTime,
+    event: &Event<'_>,
+) -> std::fmt::Result {
+    let meta = event.metadata();
+    w.write_str("{\"time\":\"")?;
+    write_time(w, now)?;
+    w.write_str("\",\"level\":\"")?;
+    w.write_str(level_str(meta.level()))?;
+    w.write_str("\",\"target\":")?;
+    write_json_str(w, meta.target())?;
+    let mut fields = Fields {
+        w,
+        result: Ok(()),
+        json: true,
+    };
+    event.record(&mut fields);
+    fields.result?;
+    w.write_str("}\n")
+}
+
+/// A JSON string: quoted, with `"`, `\` and control characters escaped.
+fn write_json_str(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
+    w.write_char('"')?;
+    for c in v.chars() {
+        match c {
+            '"' => w.write_str("\\\"")?,
+            '\\' => w.write_str("\\\\")?,
+            '\n' => w.write_str("\\n")?,
+            '\r' => w.write_str("\\r")?,
+            '\t' => w.write_str("\\t")?,
+            c if (c as u32) < 0x20 || c == '\u{7f}' => write!(w, "\\u{:04x}", c as u32)?,
+            c => w.write_char(c)?,
+        }
+    }
+    w.write_char('"')
+}
+
 impl<S, N> FormatEvent<S, N> for Logfmt
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -55,7 +114,11 @@ fn format_line(
     w.write_str(level_str(meta.level()))?;
     w.write_char(' ')?;
     w.write_str(meta.target())?;
-    let mut fields = Fields { w, result: Ok(()) };
+    let mut fields = Fields {
+        w,
+        result: Ok(()),
+        json: false,
+    };
     event.record(&mut fields);
     fields.result?;
     w.write_char('\n')
@@ -102,21 +165,40 @@ fn write_time(w: &mut dyn std::fmt::Write, t: SystemTime) -> std::fmt::Result {
     )
 }
 
-/// Writes ` key=value` for each field; the `message` field as `msg=`.
+/// Writes ` key=value` (or `,"key":value` in JSON) for each field; the
+/// `message` field as `msg`.
 struct Fields<'a> {
     w: &'a mut dyn std::fmt::Write,
     result: std::fmt::Result,
+    json: bool,
 }
 
 impl Fields<'_> {
     fn key(&mut self, f: &Field) -> std::fmt::Result {
-        self.w.write_char(' ')?;
-        self.w.write_str(if f.name() == "message" {
+        let name = if f.name() == "message" {
             "msg"
         } else {
             f.name()
-        })?;
+        };
+        if self.json {
+            self.w.write_char(',')?;
+            write_json_str(self.w, name)?;
+            return self.w.write_char(':');
+        }
+        self.w.write_char(' ')?;
+        self.w.write_str(name)?;
         self.w.write_char('=')
+    }
+
+    fn text(&mut self, f: &Field, v: &str) {
+        let json = self.json;
+        self.put(f, |w| {
+            if json {
+                write_json_str(w, v)
+            } else {
+                write_value(w, v)
+            }
+        });
     }
 
     fn put(&mut self, f: &Field, write: impl FnOnce(&mut dyn std::fmt::Write) -> std::fmt::Result) {
@@ -128,7 +210,7 @@ impl Fields<'_> {
 
 impl Visit for Fields<'_> {
     fn record_str(&mut self, f: &Field, v: &str) {
-        self.put(f, |w| write_value(w, v));
+        self.text(f, v);
     }
     fn record_u64(&mut self, f: &Field, v: u64) {
         self.put(f, |w| write!(w, "{v}"));
@@ -142,7 +224,7 @@ impl Visit for Fields<'_> {
     fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
         // Not on the request path: errors and start-up messages.
         let s = format!("{v:?}");
-        self.put(f, |w| write_value(w, &s));
+        self.text(f, &s);
     }
 }
 
@@ -349,6 +431,39 @@ mod tests {
             rest,
             r#"INFO tessera::access msg=done caller=agent-1 tool="evil\nINFO tessera::access forged=1 \"q\"" status=200 ok=true"#
         );
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each_and_hostile_values_stay_inside() {
+        let sink = Shared::default();
+        let buffered = Buffered::new(Box::new(sink.clone()));
+        let sub = tracing_subscriber::fmt()
+            .event_format(JsonLines)
+            .with_writer(buffered.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(
+                target: "tessera::access",
+                caller = "agent-1",
+                tool = "evil\"}\n{\"forged\":1\u{1}",
+                status = 200u16,
+                ok = true,
+                "done"
+            );
+        });
+        buffered.flush();
+        let text = sink.text();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["target"], "tessera::access");
+        assert_eq!(v["msg"], "done");
+        assert_eq!(v["caller"], "agent-1");
+        assert_eq!(v["tool"], "evil\"}\n{\"forged\":1\u{1}");
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["ok"], true);
+        assert!(v.get("forged").is_none());
+        assert!(v["time"].as_str().unwrap().ends_with('Z'));
     }
 
     #[test]

@@ -268,6 +268,9 @@ struct ServeArgs {
     /// pinned to one core runs best with 1.
     #[arg(long, env = "TESSERA_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     worker_threads: Option<u16>,
+    /// The log's lines: logfmt text, or one JSON object each.
+    #[arg(long, env = "TESSERA_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 /// Where a secret is read from: never the command line. (With --scheme
@@ -793,13 +796,15 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
 
 async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
     let log = tessera::logging::Buffered::stderr();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .event_format(tessera::logging::Logfmt)
-        .with_writer(log.clone())
-        .init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(log.clone());
+    match a.log_format.as_str() {
+        "json" => fmt.event_format(tessera::logging::JsonLines).init(),
+        _ => fmt.event_format(tessera::logging::Logfmt).init(),
+    }
     // Whatever ends serving, the buffered lines are written out first.
     let served = serve_logged(at, a, &log).await;
     log.flush();

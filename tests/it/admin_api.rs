@@ -489,8 +489,21 @@ async fn serve_opens_the_admin_listener_only_with_an_admin_token() {
     let admin_port = Served::free_port();
     let admin = format!("127.0.0.1:{admin_port}");
     let args = ["--admin-listen", admin.as_str()];
-    let mut s = Served::start(dir.path(), Served::free_port(), &args, &[]).await;
-    assert!(s.log.contains("admin listener off"), "{}", s.log);
+    let json_log = ["--admin-listen", admin.as_str(), "--log-format", "json"];
+    let mut s = Served::start(dir.path(), Served::free_port(), &json_log, &[]).await;
+    // --log-format json: every line one JSON object.
+    let lines: Vec<Value> = s
+        .log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["msg"].as_str().unwrap().starts_with("admin listener off")),
+        "{}",
+        s.log
+    );
     assert!(client()
         .get(format!("http://{admin}/healthz"))
         .send()
