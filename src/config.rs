@@ -310,3 +310,135 @@ mod tests {
         );
     }
 }
+
+/// A settings file (`--config tessera.toml`): one key per setting, named as
+/// its flag without the dashes (`listen`, `max-body-bytes`,
+/// `allowed-origin`, …). Each value becomes that setting's default, so a
+/// flag or an environment variable still wins: flag > env > file > default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettingsFile {
+    /// Setting → its values as a flag would give them (several for a
+    /// repeatable setting given as an array).
+    pub values: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// Why a settings file cannot be used; names the file and the setting.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FileError {
+    #[error("{file}: {reason}")]
+    Syntax { file: String, reason: String },
+    #[error("{file}: unknown setting {key:?} (known: {known})")]
+    Unknown {
+        file: String,
+        key: String,
+        known: String,
+    },
+    #[error("{file}: setting {key:?} must be a string, a number, a boolean, or an array of them")]
+    Shape { file: String, key: String },
+    #[error("{file}: {key:?} is a secret and is never read from a settings file: give it with {instead}")]
+    Secret {
+        file: String,
+        key: String,
+        instead: &'static str,
+    },
+}
+
+/// Parse a settings file's text. `known` lists the settings it may set;
+/// any other key is an error naming it (a typo must not pass silently).
+pub fn parse_settings_file(
+    file: &str,
+    text: &str,
+    known: &[String],
+) -> Result<SettingsFile, FileError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| FileError::Syntax {
+            file: file.to_string(),
+            reason: e.message().to_string(),
+        })?;
+    let mut values = std::collections::BTreeMap::new();
+    for (key, v) in table {
+        let key = key.replace('_', "-");
+        if matches!(key.as_str(), "master-key" | "master-key-file") {
+            return Err(FileError::Secret {
+                file: file.to_string(),
+                key,
+                instead: "TESSERA_MASTER_KEY or TESSERA_MASTER_KEY_FILE",
+            });
+        }
+        if !known.contains(&key) {
+            return Err(FileError::Unknown {
+                file: file.to_string(),
+                known: known.join(", "),
+                key,
+            });
+        }
+        let shape = || FileError::Shape {
+            file: file.to_string(),
+            key: key.clone(),
+        };
+        let scalar = |v: &toml::Value| match v {
+            toml::Value::String(s) => Some(s.clone()),
+            toml::Value::Integer(i) => Some(i.to_string()),
+            toml::Value::Float(f) => Some(f.to_string()),
+            toml::Value::Boolean(b) => Some(b.to_string()),
+            _ => None,
+        };
+        let list = match &v {
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|i| scalar(i).ok_or_else(shape))
+                .collect::<Result<Vec<_>, _>>()?,
+            v => vec![scalar(v).ok_or_else(shape)?],
+        };
+        values.insert(key, list);
+    }
+    Ok(SettingsFile { values })
+}
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+
+    fn known() -> Vec<String> {
+        [
+            "listen",
+            "max-body-bytes",
+            "allowed-origin",
+            "audit-arguments",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    #[test]
+    fn values_arrays_and_underscores() {
+        let f = parse_settings_file(
+            "t.toml",
+            "listen = \"0.0.0.0:1\"\nmax_body_bytes = 1024\nallowed-origin = [\"http://a\", \"http://b\"]\naudit-arguments = true\n",
+            &known(),
+        )
+        .unwrap();
+        assert_eq!(f.values["listen"], ["0.0.0.0:1"]);
+        assert_eq!(f.values["max-body-bytes"], ["1024"]);
+        assert_eq!(f.values["allowed-origin"], ["http://a", "http://b"]);
+        assert_eq!(f.values["audit-arguments"], ["true"]);
+    }
+
+    #[test]
+    fn unknown_keys_secrets_shapes_and_syntax_are_named() {
+        let e = parse_settings_file("t.toml", "lisen = \"x\"", &known()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.toml: unknown setting \"lisen\""),
+            "{e}"
+        );
+        let e = parse_settings_file("t.toml", "master_key = \"x\"", &known()).unwrap_err();
+        assert!(matches!(e, FileError::Secret { .. }), "{e}");
+        assert!(!e.to_string().contains("\"x\""), "{e}");
+        let e = parse_settings_file("t.toml", "[listen]\na = 1", &known()).unwrap_err();
+        assert!(matches!(e, FileError::Shape { .. }), "{e}");
+        let e = parse_settings_file("t.toml", "listen = ", &known()).unwrap_err();
+        assert!(e.to_string().starts_with("t.toml: "), "{e}");
+    }
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tessera::admin::{self, CredentialSpec};
 use tessera::config::{self, RawServe};
 use tessera::credentials::Scheme;
@@ -36,6 +36,11 @@ struct Cli {
     /// container secret: the URL may hold a password).
     #[arg(long, env = "TESSERA_DATABASE_URL", global = true)]
     database_url: Option<String>,
+    /// A settings file (TOML): one key per setting, named as its flag
+    /// (`listen = "127.0.0.1:7470"`). Flags and environment variables win
+    /// over it; it wins over the defaults.
+    #[arg(long, env = "TESSERA_CONFIG", global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -84,6 +89,9 @@ enum Cmd {
     /// Tokens for the admin HTTP API (`serve --admin-listen`).
     #[command(subcommand)]
     AdminToken(AdminTokenCmd),
+    /// The settings `serve` would run with.
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Apply the database migrations (serve and every command also do at
     /// start) and print the schema version.
     Migrate,
@@ -107,6 +115,14 @@ enum Cmd {
         #[arg(long)]
         follow: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Print the effective settings (flag > env > --config file > default)
+    /// with where each came from, secrets redacted, and validate them as
+    /// `serve` does at start; exits non-zero naming an invalid setting.
+    Check(Box<ServeArgs>),
 }
 
 #[derive(Subcommand)]
@@ -415,8 +431,97 @@ struct ListArgs {
     json: bool,
 }
 
+/// The settings file named by `--config FILE` (or `--config=FILE`) or
+/// `TESSERA_CONFIG`, found before clap parses, since its values become
+/// clap's defaults.
+fn config_path() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--" {
+            break;
+        }
+        if a == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(v) = a.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Some(PathBuf::from(v));
+        }
+    }
+    std::env::var_os("TESSERA_CONFIG").map(PathBuf::from)
+}
+
+/// A command's own settings (that a file may set): long name and clap id.
+fn settings(cmd: &clap::Command) -> Vec<(String, String)> {
+    cmd.get_arguments()
+        .filter_map(|a| Some((a.get_long()?, a.get_id().as_str())))
+        .filter(|(l, _)| !matches!(*l, "config" | "help" | "version"))
+        .map(|(l, id)| (l.to_string(), id.to_string()))
+        .collect()
+}
+
+/// The command line, with the settings file's values as defaults of the
+/// global settings and of `serve` (and `config check`, which shows them).
+/// Also the file's keys, to tell where a value came from.
+fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
+    let mut cmd = Cli::command();
+    let mut from_file = Vec::new();
+    if let Some(path) = config_path() {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the settings file {name}"))?;
+        let global = settings(&cmd);
+        let serve = cmd
+            .find_subcommand("serve")
+            .map(settings)
+            .unwrap_or_default();
+        let known: Vec<String> = global.iter().chain(&serve).map(|s| s.0.clone()).collect();
+        let file = config::parse_settings_file(&name, &text, &known)?;
+        for (key, values) in file.values {
+            let set = |a: clap::Arg| a.default_values(values.clone());
+            if let Some((_, id)) = global.iter().find(|s| s.0 == key) {
+                cmd = cmd.mut_arg(id, set);
+            } else if let Some((_, id)) = serve.iter().find(|s| s.0 == key) {
+                cmd = cmd
+                    .mut_subcommand("serve", |s| s.mut_arg(id, set))
+                    .mut_subcommand("config", |c| {
+                        c.mut_subcommand("check", |s| s.mut_arg(id, set))
+                    });
+            }
+            from_file.push(key);
+        }
+    }
+    let matches = match cmd.try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            use clap::error::ErrorKind as K;
+            let bad_value = matches!(e.kind(), K::ValueValidation | K::InvalidValue);
+            if bad_value && !from_file.is_empty() {
+                let _ = e.print();
+                eprintln!(
+                    "note: the settings file sets {}; a flag or environment variable overrides it",
+                    from_file.join(", ")
+                );
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    Ok((cli, matches, from_file))
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let (cli, matches, from_file) = match parse_cli() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    if let Cmd::Config(ConfigCmd::Check(a)) = &cli.cmd {
+        let ok = config_check(&cli, a, &matches, &from_file);
+        std::process::exit(if ok { 0 } else { 1 });
+    }
     // One worker means one thread: a current-thread runtime runs every
     // connection on the main thread with no hand-off between threads.
     let mut rt = match &cli.cmd {
@@ -473,6 +578,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Approval(c) => approval(&at, c).await,
         Cmd::Key(c) => key(&at, c).await,
         Cmd::AdminToken(c) => admin_token(&at, c).await,
+        // Handled in main, before a runtime is built.
+        Cmd::Config(_) => Ok(()),
         Cmd::Migrate => {
             let store = at.store().await?;
             println!("schema at migration {}", store.schema_version());
@@ -813,24 +920,7 @@ async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
 
 async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered) -> Result<()> {
     // Validate everything before binding a port.
-    let cfg = config::parse_serve(RawServe {
-        listen: a.listen,
-        public_url: a.public_url,
-        allowed_origins: a.allowed_origins,
-        max_body_bytes: a.max_body_bytes,
-        connect_timeout_ms: a.connect_timeout_ms,
-        upstream_timeout_ms: a.upstream_timeout_ms,
-        idle_timeout_ms: a.idle_timeout_ms,
-        refresh_ms: a.refresh_ms,
-        audit_arguments: a.audit_arguments,
-        audit_queue: a.audit_queue,
-        authorizer_url: a.authorizer_url,
-        authorizer_timeout_ms: a.authorizer_timeout_ms,
-        authorizer_failure: a.authorizer_failure,
-        tools_list_max_bytes: a.tools_list_max_bytes,
-        token_margin_s: a.token_margin_s,
-        token_timeout_ms: a.token_timeout_ms,
-    })?;
+    let cfg = config::parse_serve(raw_serve(&a))?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
     let store = at.store().await?;
     let key = existing_master_key(&at.data_dir, &store)
@@ -859,6 +949,109 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
     // Every decision made is on disk before the process ends.
     state.audit.flush().await;
     Ok(())
+}
+
+/// The serve settings as given, for [`config::parse_serve`].
+fn raw_serve(a: &ServeArgs) -> RawServe {
+    RawServe {
+        listen: a.listen,
+        public_url: a.public_url.clone(),
+        allowed_origins: a.allowed_origins.clone(),
+        max_body_bytes: a.max_body_bytes,
+        connect_timeout_ms: a.connect_timeout_ms,
+        upstream_timeout_ms: a.upstream_timeout_ms,
+        idle_timeout_ms: a.idle_timeout_ms,
+        refresh_ms: a.refresh_ms,
+        audit_arguments: a.audit_arguments,
+        audit_queue: a.audit_queue,
+        authorizer_url: a.authorizer_url.clone(),
+        authorizer_timeout_ms: a.authorizer_timeout_ms,
+        authorizer_failure: a.authorizer_failure.clone(),
+        tools_list_max_bytes: a.tools_list_max_bytes,
+        token_margin_s: a.token_margin_s,
+        token_timeout_ms: a.token_timeout_ms,
+    }
+}
+
+/// `tessera config check`: print every setting `serve` would use, where it
+/// came from, secrets redacted; then validate as `serve` does at start.
+fn config_check(cli: &Cli, a: &ServeArgs, root: &clap::ArgMatches, from_file: &[String]) -> bool {
+    let check = root
+        .subcommand_matches("config")
+        .and_then(|c| c.subcommand_matches("check"))
+        .expect("config check was parsed");
+    let source = |m: &clap::ArgMatches, id: &str, key: &str| match m.value_source(id) {
+        Some(clap::parser::ValueSource::CommandLine) => "flag",
+        Some(clap::parser::ValueSource::EnvVariable) => "env",
+        Some(clap::parser::ValueSource::DefaultValue) if from_file.iter().any(|k| k == key) => {
+            "file"
+        }
+        Some(_) => "default",
+        None => "unset",
+    };
+    let mut rows = Vec::new();
+    let mut push = |m: &clap::ArgMatches, cmd: &clap::Command| {
+        for (key, id) in settings(cmd) {
+            let values: Vec<String> = m
+                .get_raw(&id)
+                .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
+                .unwrap_or_default();
+            let shown = values
+                .iter()
+                .map(|v| redact_setting(&key, v))
+                .collect::<Vec<_>>()
+                .join(",");
+            rows.push((key.clone(), shown, source(m, &id, &key)));
+        }
+    };
+    let cmd = Cli::command();
+    push(root, &cmd);
+    if let Some(serve) = cmd.find_subcommand("serve") {
+        push(check, serve);
+    }
+    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    for (key, value, source) in &rows {
+        println!("{key:<width$}  {value:<40}  ({source})");
+    }
+    let mut ok = true;
+    let mut fail = |e: String| {
+        eprintln!("tessera: invalid configuration: {e}");
+        ok = false;
+    };
+    if let Some(url) = &cli.database_url {
+        if let Err(e) = url.parse::<tessera::store::DatabaseUrl>() {
+            fail(format!("--database-url: {e}"));
+        }
+    }
+    if let Err(e) = config::parse_serve(raw_serve(a)) {
+        fail(e.to_string());
+    }
+    if let Err(e) = load_policies(a.policies.as_deref()) {
+        fail(format!("--policies: {e:#}"));
+    }
+    if ok {
+        println!("configuration valid");
+    }
+    ok
+}
+
+/// A setting's value as `config check` shows it: a database password or
+/// URL credentials become `***`.
+fn redact_setting(key: &str, value: &str) -> String {
+    if key == "database-url" {
+        return match value.parse::<tessera::store::DatabaseUrl>() {
+            Ok(u) => u.to_string(),
+            Err(_) => "(unreadable; not shown)".to_string(),
+        };
+    }
+    match url::Url::parse(value) {
+        Ok(mut u) if u.password().is_some() || !u.username().is_empty() => {
+            let _ = u.set_username("***");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => value.to_string(),
+    }
 }
 
 /// Open the admin listener when at least one live admin token exists; it

@@ -13,6 +13,8 @@ mod approvals;
 mod audit;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/config_file.rs"]
+mod config_file;
 #[path = "it/ext_authz.rs"]
 mod ext_authz;
 #[path = "it/forwarding.rs"]

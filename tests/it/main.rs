@@ -5,6 +5,7 @@ mod admin_api;
 mod approvals;
 mod audit;
 mod cli;
+mod config_file;
 mod ext_authz;
 mod forwarding;
 mod keys;
