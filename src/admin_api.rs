@@ -12,6 +12,7 @@
 //!   credentials).
 //! - `/openapi.json`: the OpenAPI 3.1 document, generated from the handlers
 //!   below so it cannot drift from them.
+//! - `/ui`: the approvals console ([`crate::console`]).
 //!
 //! Secrets travel only in request bodies (never a URL), are sealed before
 //! they are stored, and are never echoed; a caller or admin token is in a
@@ -255,6 +256,7 @@ pub fn router(state: Arc<State>) -> Router {
             async move { Json(doc.as_ref().clone()) }
         }),
     )
+    .merge(crate::console::router(state.clone()))
     .fallback(|| async {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -39,6 +39,7 @@ pub mod authz;
 pub mod body;
 pub mod changes;
 pub mod config;
+pub mod console;
 pub mod credentials;
 pub mod error;
 pub mod ext_authz;

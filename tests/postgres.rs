@@ -15,6 +15,8 @@ mod audit;
 mod cli;
 #[path = "it/config_file.rs"]
 mod config_file;
+#[path = "it/console.rs"]
+mod console;
 #[path = "it/ext_authz.rs"]
 mod ext_authz;
 #[path = "it/forwarding.rs"]

@@ -8,7 +8,7 @@ use crate::support::*;
 use serde_json::{json, Value};
 
 /// The admin router served on 127.0.0.1:0 beside `p`'s data plane.
-async fn admin_api(p: &Proxy) -> String {
+pub(crate) async fn admin_api(p: &Proxy) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = tessera::admin_api::router(p.state.clone());
@@ -16,7 +16,7 @@ async fn admin_api(p: &Proxy) -> String {
     format!("http://{addr}")
 }
 
-fn admin_token(p: &Proxy, name: &str) -> String {
+pub(crate) fn admin_token(p: &Proxy, name: &str) -> String {
     let o = p.cli(&["admin-token", "add", name]);
     let token = last_line(&o);
     assert!(token.starts_with("tsa_"), "{token}");

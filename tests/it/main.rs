@@ -6,6 +6,7 @@ mod approvals;
 mod audit;
 mod cli;
 mod config_file;
+mod console;
 mod ext_authz;
 mod forwarding;
 mod keys;

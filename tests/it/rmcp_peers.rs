@@ -42,7 +42,7 @@ impl ServerHandler for Adder {
 
 /// Start an rmcp streamable-HTTP server; returns its address and the
 /// `Authorization` values every request to it carried.
-async fn rmcp_server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+pub(crate) async fn rmcp_server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     let service: StreamableHttpService<Adder, LocalSessionManager> = StreamableHttpService::new(
         || {
             Ok(Adder {

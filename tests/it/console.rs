@@ -1,0 +1,258 @@
+//! The approvals console (`/ui` on the admin listener), end to end in a
+//! real browser: a real MCP client (rmcp) calls a tool through tessera, a
+//! policy holds it for a person, headless Chromium (Debian's, driven by
+//! playwright-core: tests/ui/console.mjs) signs in, sees the held call,
+//! keeps a screenshot, and grants it with one click; the client's retry
+//! then runs. Also: what the page refuses (cross-site posts, a wrong CSRF
+//! token) and that hostile tool names are shown as text.
+
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ServiceExt;
+use serde_json::Value;
+
+use crate::admin_api::{admin_api, admin_token};
+use crate::support::*;
+
+/// The built-in policy plus one that holds every call of `sum`, or of any
+/// tool whose name starts with `<`, for a person.
+fn hold_sum() -> tessera::policy::Policies {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let default = std::fs::read_to_string(root.join("default.cedar")).unwrap();
+    let ask = r#"@id("ask-sum") @ask
+permit (principal, action == Action::"tools/call", resource)
+when { resource.owner == principal && context has tool && (context.tool == "sum" || context.tool like "<*") };"#;
+    tessera::policy::Policies::from_texts(
+        "test",
+        None,
+        vec![
+            ("default.cedar".into(), default),
+            ("ask-sum.cedar".into(), ask.into()),
+        ],
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_person_grants_a_held_call_in_a_real_browser() {
+    let (addr, _) = crate::rmcp_peers::rmcp_server().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |c| c.audit_arguments = true, hold_sum()).await;
+    let api = admin_api(&p).await;
+    let token = admin_token(&p, "alice");
+    let a = p
+        .agent("adder", &format!("http://{addr}/mcp"), "agent")
+        .await;
+
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(a.url.clone()).auth_header(a.token.clone()),
+    );
+    let client = ClientConfig::default().serve(transport).await.unwrap();
+    let args = serde_json::json!({"a": 40, "b": 2})
+        .as_object()
+        .unwrap()
+        .clone();
+    let call = || CallToolRequestParams::new("sum").with_arguments(args.clone());
+    let held = client.call_tool(call()).await.unwrap();
+    assert_eq!(held.is_error, Some(true));
+    let text = serde_json::to_value(&held.content).unwrap().to_string();
+    assert!(text.contains("pending"), "{text}");
+
+    // The browser: sign in, see the call, screenshot, grant.
+    let setup = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/setup.sh"))
+        .status()
+        .unwrap();
+    assert!(setup.success(), "tests/ui/setup.sh failed");
+    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join(if on_postgres() {
+        "console-postgres.png"
+    } else {
+        "console.png"
+    });
+    let _ = std::fs::remove_file(&shot);
+    let out = tokio::process::Command::new("node")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/console.mjs"))
+        .args([&api, &token, "sum", shot.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the browser run failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(seen["signIn"], format!("{api}/ui/login"));
+    let row = seen["rowText"].as_str().unwrap();
+    assert!(
+        row.contains("agent") && row.contains("sum") && row.contains(r#"{"a":40,"b":2}"#),
+        "{row}"
+    );
+    assert_eq!(seen["scripts"], 0, "the page runs no script");
+    let cookie = &seen["cookies"][0];
+    assert_eq!(cookie["name"], "tessera_ui");
+    assert_eq!(cookie["httpOnly"], true);
+    assert_eq!(cookie["sameSite"], "Strict");
+    assert_eq!(cookie["path"], "/ui");
+    assert_ne!(
+        cookie["value"].as_str().unwrap(),
+        token,
+        "the cookie is not the token"
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 5_000,
+        "screenshot"
+    );
+
+    // The retried call runs, and the grant is recorded under alice's name.
+    let r = client.call_tool(call()).await.unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert!(serde_json::to_value(&r.content)
+        .unwrap()
+        .to_string()
+        .contains("42"));
+    let _ = client.cancel().await;
+    let actions = p.store().admin_audit(None, 10).await.unwrap();
+    assert_eq!(
+        (
+            actions[0].actor.as_str(),
+            actions[0].action.as_str(),
+            actions[0].outcome.as_str()
+        ),
+        ("alice", "approval.grant", "ok")
+    );
+}
+
+/// Sign in over plain HTTP; the session cookie and the page's CSRF token.
+async fn sign_in(api: &str, token: &str) -> (String, String) {
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = c
+        .post(format!("{api}/ui/login"))
+        .header("origin", api)
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    let page = c
+        .get(format!("{api}/ui"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let html = page.text().await.unwrap();
+    let at = html.find("name=csrf value=\"").unwrap() + "name=csrf value=\"".len();
+    let csrf = html[at..].split('"').next().unwrap().to_string();
+    (cookie, csrf)
+}
+
+#[tokio::test]
+async fn the_console_refuses_forged_forms_and_shows_hostile_names_as_text() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, hold_sum()).await;
+    let api = admin_api(&p).await;
+    let token = admin_token(&p, "alice");
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let evil = "<img src=x onerror=alert(1)>";
+    let (_, v) = post_json(&a, tools_call(1, evil)).await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let id = p.store().approvals(false, 10).await.unwrap()[0].id.clone();
+
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // Not signed in: sent to the form. A wrong token: 401, no cookie.
+    let r = c.get(format!("{api}/ui")).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/ui/login");
+    let r = c
+        .post(format!("{api}/ui/login"))
+        .header("origin", &api)
+        .form(&[("token", "tsa_wrong")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+
+    let (cookie, csrf) = sign_in(&api, &token).await;
+    let html = c
+        .get(format!("{api}/ui"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{html}"
+    );
+    assert!(
+        !html.contains(evil),
+        "a hostile name reached the page as markup"
+    );
+
+    // A form from another site, or with the wrong CSRF token: refused, and
+    // the approval stays pending.
+    let grant = format!("{api}/ui/approvals/{id}/grant");
+    for (origin, token) in [
+        ("http://evil.example", csrf.as_str()),
+        (api.as_str(), "not-the-token"),
+    ] {
+        let r = c
+            .post(&grant)
+            .header("cookie", &cookie)
+            .header("origin", origin)
+            .form(&[("csrf", token)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "origin {origin}");
+    }
+    let still = p.store().approvals(false, 10).await.unwrap();
+    assert_eq!(still.len(), 1);
+    let r = c
+        .post(format!("{api}/ui/approvals/{id}/deny"))
+        .header("cookie", &cookie)
+        .header("origin", &api)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert!(p.store().approvals(false, 10).await.unwrap().is_empty());
+
+    // Revoking the admin token ends its sessions at once.
+    last_line(&p.cli(&["admin-token", "revoke", "alice"]));
+    let r = c
+        .get(format!("{api}/ui"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+}
