@@ -47,6 +47,8 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
+# From the scratch dir: schemathesis keeps a cache in its working directory.
+cd "$work"
 "$venv/bin/schemathesis" --config-file "$root/tests/api/schemathesis.toml" run "http://127.0.0.1:$admin_port/openapi.json" \
     --header "Authorization: Bearer $token" \
     --max-examples "$max_examples" \
