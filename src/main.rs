@@ -41,6 +41,10 @@ struct Cli {
     /// over it; it wins over the defaults.
     #[arg(long, env = "TESSERA_CONFIG", global = true)]
     config: Option<PathBuf>,
+    /// Print JSON for scripts: one object per result (one per line for
+    /// `audit` and `approval list`), never a table or a sentence.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -50,6 +54,19 @@ struct Cli {
 struct Place {
     data_dir: PathBuf,
     database: Option<tessera::store::DatabaseUrl>,
+    /// `--json`: results as JSON for scripts.
+    json: bool,
+}
+
+impl Place {
+    /// Print a command's result: `json` with `--json`, else `text`.
+    fn say(&self, text: impl std::fmt::Display, json: serde_json::Value) {
+        if self.json {
+            println!("{json}");
+        } else {
+            println!("{text}");
+        }
+    }
 }
 
 impl Place {
@@ -108,9 +125,6 @@ enum Cmd {
         /// At most this many (the newest).
         #[arg(long, default_value_t = 100)]
         limit: i64,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
         /// Keep printing new records as they are written.
         #[arg(long)]
         follow: bool,
@@ -137,7 +151,7 @@ enum AdminTokenCmd {
     Revoke {
         name: String,
     },
-    List(ListArgs),
+    List,
 }
 
 #[derive(Subcommand)]
@@ -157,9 +171,6 @@ enum ApprovalCmd {
     List {
         #[arg(long)]
         all: bool,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
         #[arg(long, default_value_t = 100)]
         limit: i64,
     },
@@ -388,7 +399,7 @@ enum CredentialCmd {
         #[arg(long, default_value_t = 300)]
         wait_s: u64,
     },
-    List(ListArgs),
+    List,
 }
 
 #[derive(Subcommand)]
@@ -403,7 +414,7 @@ enum CallerCmd {
     Revoke {
         name: String,
     },
-    List(ListArgs),
+    List,
 }
 
 #[derive(Subcommand)]
@@ -422,13 +433,7 @@ enum ConnectionCmd {
         #[arg(allow_hyphen_values = true)]
         id_or_url: String,
     },
-    List(ListArgs),
-}
-
-#[derive(Args)]
-struct ListArgs {
-    #[arg(long)]
-    json: bool,
+    List,
 }
 
 /// The settings file named by `--config FILE` (or `--config=FILE`) or
@@ -568,6 +573,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
     let at = Place {
         database: database.as_deref().map(str::parse).transpose()?,
         data_dir: cli.data_dir,
+        json: cli.json,
     };
     match cli.cmd {
         Cmd::Serve(a) => serve(&at, a).await,
@@ -582,7 +588,11 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Config(_) => Ok(()),
         Cmd::Migrate => {
             let store = at.store().await?;
-            println!("schema at migration {}", store.schema_version());
+            let v = store.schema_version();
+            at.say(
+                format!("schema at migration {v}"),
+                serde_json::json!({"schema_version": v}),
+            );
             Ok(())
         }
         Cmd::Audit {
@@ -590,7 +600,6 @@ async fn dispatch(cli: Cli) -> Result<()> {
             connection,
             since,
             limit,
-            json,
             follow,
         } => {
             let since = match since {
@@ -612,7 +621,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
                 after_id: None,
                 limit: limit.max(1),
             };
-            audit(&store, q, json, follow).await
+            audit(&store, q, at.json, follow).await
         }
     }
 }
@@ -643,10 +652,18 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
             let store = at.store().await?;
             let done = store.bump_policies().await.map_err(Into::into);
             admin::audited(&store, admin::CLI, "policy.reload", "*", done).await?;
-            println!("asked every serving process to reload its policies");
+            at.say(
+                "asked every serving process to reload its policies",
+                serde_json::json!({"reload": "asked"}),
+            );
         }
         PolicyCmd::Check { dir } => {
             let p = load_policies(dir.as_deref())?;
+            if at.json {
+                let v = serde_json::json!({"origin": p.origin, "count": p.len(), "files": p.files, "ids": p.ids()});
+                println!("{v}");
+                return Ok(());
+            }
             println!(
                 "{}: {} {} valid against the schema ({})",
                 p.origin,
@@ -708,6 +725,16 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 (true, true) => "ask (a person approves each call)",
                 (false, _) => "deny",
             };
+            if at.json {
+                let v = serde_json::json!({
+                    "decision": decision.split(' ').next(),
+                    "action": Policies::action_name(&http_method, rpc_method),
+                    "caller": caller, "connection": connection, "tool": tool,
+                    "determined_by": e.policies, "errors": e.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                });
+                println!("{v}");
+                return Ok(());
+            }
             println!("decision: {decision}");
             println!(
                 "action: {} (caller {caller}, connection {connection}{})",
@@ -731,16 +758,11 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
     use tessera::approvals::now_ms;
     let store = at.store().await?;
     match c {
-        ApprovalCmd::List { all, json, limit } => {
+        ApprovalCmd::List { all, limit } => {
             let rows = store.approvals(all, limit.max(1)).await?;
-            if !json {
-                println!(
-                    "{:<15} {:<8} {:<27} {:<16} {:<8} {:<16} {:<20} {:<12} REASON",
-                    "ID", "STATUS", "ASKED", "CALLER", "CONN", "METHOD", "TOOL", "ARGS"
-                );
-            }
+            let mut table = Vec::with_capacity(rows.len());
             for a in rows {
-                if json {
+                if at.json {
                     println!("{}", serde_json::to_string(&a)?);
                     continue;
                 }
@@ -753,40 +775,47 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                     }
                     (s, _, _) => s.as_str(),
                 };
-                println!(
-                    "{:<15} {:<8} {:<27} {:<16} {:<8} {:<16} {:<20} {:<12} {}",
+                let or_dash = |s: &str| {
+                    if s.is_empty() {
+                        "-".to_string()
+                    } else {
+                        s.to_string()
+                    }
+                };
+                table.push(vec![
                     a.id,
-                    status,
+                    status.to_string(),
                     tessera::logging::rfc3339(at),
                     a.key.caller,
-                    a.key.connection.chars().take(8).collect::<String>(),
+                    a.key.connection.chars().take(8).collect(),
                     a.key.rpc_method,
-                    if a.key.tool.is_empty() {
-                        "-"
-                    } else {
-                        &a.key.tool
-                    },
-                    if a.key.arguments_sha256.is_empty() {
-                        "-"
-                    } else {
-                        &a.key.arguments_sha256[..12]
-                    },
-                    a.reason.as_deref().unwrap_or("-"),
-                );
+                    or_dash(&a.key.tool),
+                    or_dash(a.key.arguments_sha256.get(..12).unwrap_or_default()),
+                    a.reason.unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            if !at.json {
+                let head = [
+                    "ID", "STATUS", "ASKED", "CALLER", "CONN", "METHOD", "TOOL", "ARGS", "REASON",
+                ];
+                print_table(&head, &table);
             }
         }
         ApprovalCmd::Grant { id, ttl, uses } => {
             let done = admin::approval_grant(&store, &id, &ttl, uses).await;
             admin::audited(&store, admin::CLI, "approval.grant", &id, done).await?;
-            println!(
-                "granted {id}: the same call may run {uses} {} within {ttl}",
-                if uses == 1 { "time" } else { "times" }
+            at.say(
+                format!(
+                    "granted {id}: the same call may run {uses} {} within {ttl}",
+                    if uses == 1 { "time" } else { "times" }
+                ),
+                serde_json::json!({"granted": id, "uses": uses, "ttl": ttl}),
             );
         }
         ApprovalCmd::Deny { id } => {
             let done = admin::approval_deny(&store, &id).await;
             admin::audited(&store, admin::CLI, "approval.deny", &id, done).await?;
-            println!("denied {id}");
+            at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
         }
     }
     Ok(())
@@ -833,28 +862,32 @@ async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
         AdminTokenCmd::Add { name } => {
             let done = admin::admin_token_add(&store, &name).await;
             let token = admin::audited(&store, admin::CLI, "admin-token.add", &name, done).await?;
-            println!("admin token {name} added; it is shown once, below:");
-            println!("{}", token.expose_secret());
+            at.say(
+                format!(
+                    "admin token {name} added; it is shown once, below:\n{}",
+                    token.expose_secret()
+                ),
+                serde_json::json!({"name": name, "token": token.expose_secret()}),
+            );
         }
         AdminTokenCmd::Revoke { name } => {
             let done = admin::admin_token_revoke(&store, &name).await;
             admin::audited(&store, admin::CLI, "admin-token.revoke", &name, done).await?;
-            println!("admin token {name} revoked");
+            at.say(
+                format!("admin token {name} revoked"),
+                serde_json::json!({"revoked": name}),
+            );
         }
-        AdminTokenCmd::List(l) => {
+        AdminTokenCmd::List => {
             let rows = store.admin_tokens().await?;
-            if l.json {
+            if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<24} STATUS", "NAME");
-                for r in rows {
-                    let status = if r.revoked_at.is_some() {
-                        "revoked"
-                    } else {
-                        "live"
-                    };
-                    println!("{:<24} {status}", r.name);
-                }
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| vec![r.name, live(r.revoked_at).into()])
+                    .collect();
+                print_table(&["NAME", "STATUS"], &table);
             }
         }
     }
@@ -869,6 +902,11 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
             let done = admin::key_rotate(&store, &key, new).await;
             let r = admin::audited(&store, admin::CLI, "key.rotate", "*", done).await?;
+            if at.json {
+                let v = serde_json::json!({"resealed": r.resealed, "new_key": r.new_id, "file": r.file});
+                println!("{v}");
+                return Ok(());
+            }
             println!(
                 "re-sealed {} {} under key {}",
                 r.resealed,
@@ -886,16 +924,24 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
             }
         }
         KeyCmd::Status => {
-            println!("{:<10} {:<8} {:<8} SEALED", "KEY", "RING", "CURRENT");
-            for u in admin::key_status(&store, &key).await? {
-                println!(
-                    "{:<10} {:<8} {:<8} {}",
-                    u.id,
-                    if u.in_ring { "yes" } else { "MISSING" },
-                    if u.current { "yes" } else { "" },
-                    u.sealed
-                );
+            let uses = admin::key_status(&store, &key).await?;
+            if at.json {
+                let v: Vec<_> = uses
+                    .iter()
+                    .map(|u| serde_json::json!({"key": u.id, "in_ring": u.in_ring, "current": u.current, "sealed": u.sealed}))
+                    .collect();
+                println!("{}", serde_json::Value::from(v));
+                return Ok(());
             }
+            let table: Vec<Vec<String>> = uses
+                .into_iter()
+                .map(|u| {
+                    let ring = if u.in_ring { "yes" } else { "MISSING" };
+                    let current = if u.current { "yes" } else { "" };
+                    vec![u.id, ring.into(), current.into(), u.sealed.to_string()]
+                })
+                .collect();
+            print_table(&["KEY", "RING", "CURRENT", "SEALED"], &table);
         }
     }
     Ok(())
@@ -949,6 +995,42 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
     // Every decision made is on disk before the process ends.
     state.audit.flush().await;
     Ok(())
+}
+
+/// Rows under a header, each column as wide as its widest cell (names of
+/// any length stay aligned), the last column unpadded.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(cell);
+            let pad = width[i].saturating_sub(cell.chars().count());
+            out.extend(std::iter::repeat_n(' ', pad));
+        }
+        println!("{}", out.trim_end());
+    };
+    line(&mut header.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+}
+
+/// `live` or `revoked`, from a revocation time.
+fn live(revoked_at: Option<i64>) -> &'static str {
+    if revoked_at.is_some() {
+        "revoked"
+    } else {
+        "live"
+    }
 }
 
 /// The serve settings as given, for [`config::parse_serve`].
@@ -1234,15 +1316,7 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 if header_name.is_some() || username.is_some() {
                     bail!("--header-name and --username do not apply to --scheme oauth2");
                 }
-                return credential_add_oauth(
-                    &at.data_dir,
-                    &store,
-                    &name,
-                    &upstream,
-                    &secret,
-                    *oauth,
-                )
-                .await;
+                return credential_add_oauth(at, &store, &name, &upstream, &secret, *oauth).await;
             }
             let secret = secret.read()?;
             let key = master_key(&at.data_dir)?;
@@ -1256,14 +1330,20 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             };
             let done = admin::credential_add(&store, &key, spec).await;
             admin::audited(&store, admin::CLI, "credential.add", &name, done).await?;
-            println!("credential {name} added for {upstream}");
+            at.say(
+                format!("credential {name} added for {upstream}"),
+                serde_json::json!({"added": name, "upstream": upstream}),
+            );
         }
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
             let key = existing_master_key(&at.data_dir, &store).await?;
             let done = admin::credential_set_secret(&store, &key, &name, secret).await;
             admin::audited(&store, admin::CLI, "credential.set-secret", &name, done).await?;
-            println!("credential {name}: secret replaced");
+            at.say(
+                format!("credential {name}: secret replaced"),
+                serde_json::json!({"secret_replaced": name}),
+            );
         }
         CredentialCmd::Login {
             name,
@@ -1296,15 +1376,16 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             })
             .await?;
         }
-        CredentialCmd::List(l) => {
+        CredentialCmd::List => {
             let rows = admin::credentials(&store).await?;
-            if l.json {
+            if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<24} {:<8} UPSTREAM", "NAME", "SCHEME");
-                for r in rows {
-                    println!("{:<24} {:<8} {}", r.name, r.scheme, r.upstream);
-                }
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| vec![r.name, r.scheme, r.upstream])
+                    .collect();
+                print_table(&["NAME", "SCHEME", "UPSTREAM"], &table);
             }
         }
     }
@@ -1313,7 +1394,7 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
 
 /// `credential add --scheme oauth2`.
 async fn credential_add_oauth(
-    data_dir: &std::path::Path,
+    at: &Place,
     store: &Store,
     name: &str,
     upstream: &str,
@@ -1327,7 +1408,7 @@ async fn credential_add_oauth(
     let refresh_token = (oauth.refresh_token_env.is_some() || oauth.refresh_token_stdin)
         .then(|| read_secret(oauth.refresh_token_env.as_deref()))
         .transpose()?;
-    let key = master_key(data_dir)?;
+    let key = master_key(&at.data_dir)?;
     let done = admin::credential_add_oauth(
         store,
         &key,
@@ -1350,7 +1431,10 @@ async fn credential_add_oauth(
     )
     .await;
     admin::audited(store, admin::CLI, "credential.add", name, done).await?;
-    println!("credential {name} added for {upstream} (OAuth 2)");
+    at.say(
+        format!("credential {name} added for {upstream} (OAuth 2)"),
+        serde_json::json!({"added": name, "upstream": upstream, "scheme": "oauth2"}),
+    );
     Ok(())
 }
 
@@ -1360,32 +1444,32 @@ async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
         CallerCmd::Add { name, groups } => {
             let done = admin::caller_add(&store, &name, &groups).await;
             let token = admin::audited(&store, admin::CLI, "caller.add", &name, done).await?;
-            println!("caller {name} added; its token is shown once, below:");
-            println!("{}", token.expose_secret());
+            at.say(
+                format!(
+                    "caller {name} added; its token is shown once, below:\n{}",
+                    token.expose_secret()
+                ),
+                serde_json::json!({"name": name, "token": token.expose_secret()}),
+            );
         }
         CallerCmd::Revoke { name } => {
             let done = admin::caller_revoke(&store, &name).await;
             admin::audited(&store, admin::CLI, "caller.revoke", &name, done).await?;
-            println!("caller {name} revoked");
+            at.say(
+                format!("caller {name} revoked"),
+                serde_json::json!({"revoked": name}),
+            );
         }
-        CallerCmd::List(l) => {
+        CallerCmd::List => {
             let rows = admin::callers(&store).await?;
-            if l.json {
+            if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<24} {:<8} GROUPS", "NAME", "STATUS");
-                for r in rows {
-                    println!(
-                        "{:<24} {:<8} {}",
-                        r.name,
-                        if r.revoked_at.is_some() {
-                            "revoked"
-                        } else {
-                            "live"
-                        },
-                        r.groups.join(",")
-                    );
-                }
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| vec![r.name, live(r.revoked_at).into(), r.groups.join(",")])
+                    .collect();
+                print_table(&["NAME", "STATUS", "GROUPS"], &table);
             }
         }
     }
@@ -1407,31 +1491,31 @@ async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
             let done = admin::connection_add(&store, &public_url, &caller, &credential).await;
             let target = format!("{caller} on {credential}");
             let url = admin::audited(&store, admin::CLI, "connection.add", &target, done).await?;
-            println!("connection added for caller {caller} on credential {credential}:");
-            println!("{url}");
+            let id = admin::connection_id(&url)?;
+            let v = serde_json::json!({"id": id, "url": url, "caller": caller, "credential": credential});
+            at.say(
+                format!("connection added for caller {caller} on credential {credential}:\n{url}"),
+                v,
+            );
         }
         ConnectionCmd::Revoke { id_or_url } => {
             let done = admin::connection_revoke(&store, &id_or_url).await;
             admin::audited(&store, admin::CLI, "connection.revoke", &id_or_url, done).await?;
-            println!("connection revoked");
+            at.say(
+                "connection revoked",
+                serde_json::json!({"revoked": admin::connection_id(&id_or_url)?}),
+            );
         }
-        ConnectionCmd::List(l) => {
+        ConnectionCmd::List => {
             let rows = admin::connections(&store).await?;
-            if l.json {
+            if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<34} {:<20} {:<20} STATUS", "ID", "CALLER", "CREDENTIAL");
-                for r in rows {
-                    let status = if r.revoked_at.is_some() {
-                        "revoked"
-                    } else {
-                        "live"
-                    };
-                    println!(
-                        "{:<34} {:<20} {:<20} {status}",
-                        r.id, r.caller, r.credential
-                    );
-                }
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| vec![r.id, r.caller, r.credential, live(r.revoked_at).into()])
+                    .collect();
+                print_table(&["ID", "CALLER", "CREDENTIAL", "STATUS"], &table);
             }
         }
     }

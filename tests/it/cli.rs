@@ -335,3 +335,82 @@ async fn the_database_url_can_come_from_a_file() {
         "{err}"
     );
 }
+
+/// `--json` on every command gives one JSON value a script can read (no
+/// secret in it but a token at creation), and list tables stay aligned
+/// whatever the names' lengths.
+#[test]
+fn every_command_answers_json_and_tables_align() {
+    let dir = Proxy::dir();
+    let run = |args: &[&str]| {
+        let o = cli(dir.path(), args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = run(&a);
+        assert!(!out.contains(SECRET), "{out}");
+        serde_json::from_str(out.trim_end()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    let long = "a-credential-with-a-rather-long-name";
+    let v = json(&[
+        "credential",
+        "add",
+        long,
+        "--upstream",
+        "http://127.0.0.1:9/mcp",
+        "--secret-env",
+        "TEST_SECRET",
+    ]);
+    assert_eq!(v["added"], long);
+    json(&[
+        "credential",
+        "add",
+        "gh",
+        "--upstream",
+        "http://127.0.0.1:9/mcp",
+        "--secret-env",
+        "TEST_SECRET",
+    ]);
+    let c = json(&["caller", "add", "agent"]);
+    assert!(c["token"].as_str().unwrap().starts_with("tsr_"), "{c}");
+    let conn = json(&[
+        "connection",
+        "add",
+        "--caller",
+        "agent",
+        "--credential",
+        long,
+    ]);
+    let id = conn["id"].as_str().unwrap();
+    assert!(
+        conn["url"].as_str().unwrap().ends_with(&format!("/c/{id}")),
+        "{conn}"
+    );
+    let t = json(&["admin-token", "add", "ops"]);
+    assert!(t["token"].as_str().unwrap().starts_with("tsa_"), "{t}");
+    assert!(json(&["migrate"])["schema_version"].as_i64().unwrap() >= 7);
+    assert!(json(&["key", "status"]).is_array());
+    assert!(json(&["policy", "check"])["count"].as_u64().unwrap() >= 1);
+    assert_eq!(json(&["credential", "list"]).as_array().unwrap().len(), 2);
+    assert_eq!(json(&["connection", "list"])[0]["id"], id);
+    assert_eq!(json(&["admin-token", "list"])[0]["name"], "ops");
+    assert_eq!(json(&["connection", "revoke", id])["revoked"], id);
+    assert_eq!(json(&["caller", "revoke", "agent"])["revoked"], "agent");
+
+    // The table: every column starts at the same place on every line.
+    let table = run(&["credential", "list"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    let col = lines[0].find("SCHEME").unwrap();
+    for l in &lines[1..] {
+        assert_eq!(&l[col..col + 6], "bearer", "{table}");
+    }
+    assert!(col > long.len(), "{table}");
+}
