@@ -488,10 +488,14 @@ pub struct Rotated {
 /// status` shows them unused. With `TESSERA_MASTER_KEY`, the new key comes
 /// from `new_key` and the environment of serving processes is the admin's
 /// to update.
+///
+/// `progress(done, total)` is called as each secret is re-sealed (before
+/// the one transaction that stores them all commits).
 pub async fn key_rotate(
     store: &Store,
     key: &MasterKey,
     new_key: Option<String>,
+    mut progress: impl FnMut(usize, usize),
 ) -> Result<Rotated, AdminError> {
     use crate::secrets::{key_id_hex, new_key_base64, SealError};
     let file = key.file().map(std::path::Path::to_path_buf);
@@ -533,8 +537,10 @@ pub async fn key_rotate(
         lines.push(new_b64.clone());
         replace_key_file(f, &lines)?;
     }
-    let mut resealed = Vec::new();
-    for (table, name, sealed) in store.sealed_values().await? {
+    let sealed_values = store.sealed_values().await?;
+    let total = sealed_values.len();
+    let mut resealed = Vec::with_capacity(total);
+    for (table, name, sealed) in sealed_values {
         let aad = match table {
             "credentials" => crate::store::credential_aad(&name),
             _ => crate::oauth::token_aad(&name),
@@ -543,6 +549,7 @@ pub async fn key_rotate(
             credential: name.clone(),
         })?;
         resealed.push((table, name, next.seal(&aad, &secret)));
+        progress(resealed.len(), total);
     }
     store.reseal(&resealed).await?;
     if let Some(f) = &file {

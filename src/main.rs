@@ -900,7 +900,17 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
     match c {
         KeyCmd::Rotate => {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
-            let done = admin::key_rotate(&store, &key, new).await;
+            // On a terminal (and not for --json), a progress line on stderr.
+            let show = !at.json && std::io::stderr().is_terminal();
+            let done = admin::key_rotate(&store, &key, new, |done, total| {
+                if show {
+                    eprint!("\rre-sealing secrets: {done}/{total}");
+                    if done == total {
+                        eprintln!();
+                    }
+                }
+            })
+            .await;
             let r = admin::audited(&store, admin::CLI, "key.rotate", "*", done).await?;
             if at.json {
                 let v = serde_json::json!({"resealed": r.resealed, "new_key": r.new_id, "file": r.file});

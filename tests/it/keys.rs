@@ -178,3 +178,50 @@ async fn a_key_file_outside_the_data_dir_as_a_container_secret() {
     assert!(String::from_utf8_lossy(&o.stderr)
         .contains("reading TESSERA_MASTER_KEY_FILE /nonexistent/master_key"));
 }
+
+/// `key rotate` shows its progress on a terminal (a pty from script(1)),
+/// and prints none of it when stderr is a pipe (scripts, CI logs).
+#[test]
+fn rotation_shows_progress_on_a_terminal_only() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    register(
+        d,
+        "http://127.0.0.1:7470",
+        "one",
+        "http://127.0.0.1:9/mcp",
+        "agent-1",
+    );
+    register(
+        d,
+        "http://127.0.0.1:7470",
+        "two",
+        "http://127.0.0.1:9/mcp",
+        "agent-2",
+    );
+    let bin = env!("CARGO_BIN_EXE_tessera");
+    let mut c = std::process::Command::new("script");
+    c.args(["-qec", &format!("'{bin}' key rotate"), "/dev/null"])
+        .env("TESSERA_DATA_DIR", d)
+        .env_remove("TESSERA_MASTER_KEY")
+        .env_remove("TESSERA_MASTER_KEY_NEW")
+        .env_remove("TESSERA_MASTER_KEY_FILE");
+    match database_url(d) {
+        Some(url) => c.env("TESSERA_DATABASE_URL", url),
+        None => c.env_remove("TESSERA_DATABASE_URL"),
+    };
+    let o = c.output().unwrap();
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    assert!(tty.contains("re-sealing secrets: 1/2"), "{tty:?}");
+    assert!(tty.contains("re-sealing secrets: 2/2"), "{tty:?}");
+    assert!(tty.contains("re-sealed 2 secrets under key"), "{tty:?}");
+
+    let piped = run(d, &["key", "rotate"], &[]);
+    assert!(ok(&piped).contains("re-sealed 2 secrets"));
+    assert!(
+        piped.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+}
