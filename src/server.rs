@@ -126,33 +126,47 @@ impl State {
         }
     }
 
-    /// DNS-rebinding defence: an `Origin` must be in the allow-list (absent
-    /// is fine: non-browser clients send none); the `Host` must be the
-    /// public URL's host or a loopback name.
+    /// DNS-rebinding defence: the `Host` must be the public URL's host or
+    /// a loopback name, and an `Origin` (absent is fine: non-browser
+    /// clients send none) must be tessera's own (`http(s)://` + that
+    /// `Host`: same-origin) or in the allow-list. A rebound page has the
+    /// attacker's name in both, so it fails the `Host` check; any other
+    /// page has a foreign `Origin`.
     pub fn check_origin_and_host(&self, h: &HeaderMap, uri: &Uri) -> Result<(), ProxyError> {
+        let host = h
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| uri.authority().map(|a| a.as_str()));
         if let Some(origin) = h.get(header::ORIGIN) {
             let ok = origin.to_str().is_ok_and(|o| {
-                self.config
-                    .allowed_origins
-                    .iter()
-                    .any(|a| a.eq_ignore_ascii_case(o.trim_end_matches('/')))
+                let o = o.trim_end_matches('/');
+                host.is_some_and(|host| same_origin(o, host))
+                    || self
+                        .config
+                        .allowed_origins
+                        .iter()
+                        .any(|a| a.eq_ignore_ascii_case(o))
             });
             if !ok {
                 return Err(ProxyError::ForbiddenOrigin);
             }
         }
-        let host = h
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| uri.authority().map(|a| a.as_str()))
-            .ok_or(ProxyError::ForbiddenHost)?;
-        let name = host_name(host);
+        let name = host_name(host.ok_or(ProxyError::ForbiddenHost)?);
         if name.eq_ignore_ascii_case(&self.public_host) || is_loopback_name(name) {
             Ok(())
         } else {
             Err(ProxyError::ForbiddenHost)
         }
     }
+}
+
+/// `origin` is `http://HOST` or `https://HOST` for this request's `Host`.
+fn same_origin(origin: &str, host: &str) -> bool {
+    ["http://", "https://"].iter().any(|scheme| {
+        let (s, rest) = (origin.get(..scheme.len()), origin.get(scheme.len()..));
+        s.is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+            && rest.is_some_and(|h| h.eq_ignore_ascii_case(host))
+    })
 }
 
 /// The host part of a `Host` value (`[::1]:80` → `[::1]`, `a:1` → `a`).
@@ -255,6 +269,28 @@ mod tests {
             "localhost.evil",
         ] {
             assert!(!is_loopback_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn same_origin_is_the_scheme_and_the_host_exactly() {
+        for (origin, host) in [
+            ("http://localhost:7470", "localhost:7470"),
+            ("HTTP://LocalHost:7470", "localhost:7470"),
+            ("https://127.0.0.1:7470", "127.0.0.1:7470"),
+        ] {
+            assert!(same_origin(origin, host), "{origin} {host}");
+        }
+        for (origin, host) in [
+            ("http://localhost:3000", "localhost:7470"),
+            ("http://localhost", "localhost:7470"),
+            ("http://localhost:7470.evil", "localhost:7470"),
+            ("ftp://localhost:7470", "localhost:7470"),
+            ("localhost:7470", "localhost:7470"),
+            ("null", "localhost:7470"),
+            ("", ""),
+        ] {
+            assert!(!same_origin(origin, host), "{origin} {host}");
         }
     }
 }

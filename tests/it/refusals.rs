@@ -155,6 +155,29 @@ async fn refusals_never_reach_the_upstream() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(up.seen().len(), 1);
+    // So does tessera's own origin (same-origin: the scheme and the Host),
+    // which a DNS-rebound page cannot have: its Host is the attacker's.
+    let host = p.addr.to_string();
+    let r = c
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("origin", format!("http://{host}"))
+        .body(call.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = c
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("host", "evil.example")
+        .header("origin", "http://evil.example")
+        .body(call.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(up.seen().len(), 2);
 }
 
 /// Send bytes as they are and read the whole answer.
