@@ -14,8 +14,9 @@ const auth = { Authorization: `Bearer ${caller}` };
 
 const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers: auth } });
 const client = new Client({ name: "tessera-peers-ts1", version: "1.0.0" });
-const logs = [];
-client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logs.push(n.params));
+let logged;
+const firstLog = new Promise((resolve) => (logged = resolve));
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logged(n.params));
 
 await check("ts-sdk-1: initialize opens a session through tessera", async () => {
   await client.connect(transport);
@@ -45,13 +46,10 @@ await check("ts-sdk-1: progress notifications arrive as they happen", async () =
 });
 
 await check("ts-sdk-1: a server notification arrives on the GET stream", async () => {
-  const arrived = new Promise((resolve) => {
-    const t = setInterval(() => logs.length && (clearInterval(t), resolve()), 20);
-  });
   await client.callTool({ name: "toggle-simulated-logging", arguments: {} });
   await Promise.race([
-    arrived,
-    new Promise((_, reject) => setTimeout(() => reject(new Error("no log message in 5 s")), 5000)),
+    firstLog,
+    new Promise((_, reject) => setTimeout(() => reject(new Error("no log message in 5 s")), 5000).unref()),
   ]);
   await client.callTool({ name: "toggle-simulated-logging", arguments: {} });
   const gets = upstreamLog(env("PEERS_UPSTREAM_LOG")).filter(
