@@ -32,6 +32,9 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL = os.path.join(ROOT, "target", "release")
 TESSERA = os.path.join(REL, "tessera")
+# The benchmark's upstream runs on loopback: tessera refuses internal
+# upstreams unless allowed (binaries older than that ignore the variable).
+os.environ["TESSERA_ALLOW_PRIVATE_UPSTREAMS"] = "true"
 UPSTREAM = os.path.join(REL, "examples", "bench-upstream")
 SSE = os.path.join(REL, "examples", "bench-sse")
 CLIENT_CORE, PROXY_CORE = "0", "1"

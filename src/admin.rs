@@ -25,6 +25,8 @@ pub enum AdminError {
     BadConnection(String),
     #[error("invalid --token-url {0:?}: {1}")]
     BadTokenUrl(String, &'static str),
+    #[error("refused {0} {1:?}: {2}")]
+    Egress(&'static str, String, crate::egress::EgressError),
     #[error("{0}")]
     OAuth(&'static str),
     #[error("{0}")]
@@ -187,6 +189,8 @@ pub async fn admin_token_revoke(store: &Store, name: &str) -> Result<(), AdminEr
 /// A credential definition as given on the command line.
 pub struct CredentialSpec<'a> {
     pub name: &'a str,
+    /// Whether internal and plain-HTTP upstreams may be registered.
+    pub egress: crate::egress::Egress,
     pub upstream: &'a str,
     pub scheme: Scheme,
     pub header_name: Option<&'a str>,
@@ -249,6 +253,9 @@ pub async fn credential_set_secret(
 /// An OAuth 2.x credential as given on the command line.
 pub struct OAuthSpec<'a> {
     pub name: &'a str,
+    /// Whether internal and plain-HTTP upstreams and token URLs may be
+    /// registered.
+    pub egress: crate::egress::Egress,
     pub upstream: &'a str,
     pub token_url: &'a str,
     pub client_id: &'a str,
@@ -274,6 +281,8 @@ pub async fn credential_add_oauth(
         AdminError::BadUpstream(u, why) => AdminError::BadTokenUrl(u, why),
         e => e,
     })?;
+    check_egress(spec.egress, "upstream URL", &url).await?;
+    check_egress(spec.egress, "--token-url", &token_url).await?;
     if spec.client_id.is_empty() || spec.client_id.chars().any(char::is_control) {
         return Err(AdminError::OAuth(
             "--client-id must be a non-empty printable string",
@@ -336,6 +345,19 @@ pub fn check_upstream(s: &str) -> Result<Url, AdminError> {
     Ok(u)
 }
 
+/// Refuse a URL tessera may not connect to (see [`crate::egress`]): the
+/// same rule `serve` applies again at every connection.
+pub async fn check_egress(
+    egress: crate::egress::Egress,
+    what: &'static str,
+    url: &Url,
+) -> Result<(), AdminError> {
+    egress
+        .check_registration(url)
+        .await
+        .map_err(|e| AdminError::Egress(what, url.to_string(), e))
+}
+
 /// Register an upstream and its credential; the secret is sealed before it
 /// leaves this function.
 pub async fn credential_add(
@@ -345,6 +367,7 @@ pub async fn credential_add(
 ) -> Result<(), AdminError> {
     check_name(spec.name)?;
     let url = check_upstream(spec.upstream)?;
+    check_egress(spec.egress, "upstream URL", &url).await?;
     // Build the header once now, so a bad secret or scheme is refused at
     // registration rather than at the first request.
     injection(spec.scheme, spec.header_name, spec.username, &spec.secret)?;

@@ -91,6 +91,7 @@ impl From<AdminError> for ApiError {
             | A::BadUpstream(..)
             | A::BadConnection(_)
             | A::BadTokenUrl(..)
+            | A::Egress(..)
             | A::OAuth(_)
             | A::BadTtl(_)
             | A::BadUses(_)
@@ -407,6 +408,7 @@ async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminEr
         }
         let spec = admin::OAuthSpec {
             name: &c.name,
+            egress: s.config.egress,
             upstream: &c.upstream,
             token_url: c
                 .token_url
@@ -439,6 +441,7 @@ async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminEr
         key,
         admin::CredentialSpec {
             name: &c.name,
+            egress: s.config.egress,
             upstream: &c.upstream,
             scheme,
             header_name: c.header_name.as_deref(),

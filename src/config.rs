@@ -58,6 +58,9 @@ pub struct ServeConfig {
     /// `Origin` get 403. Requests without `Origin` (non-browser) pass.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// Whether internal addresses and plain HTTP may be reached upstream
+    /// (`--allow-private-upstreams`; see [`crate::egress`]).
+    pub egress: crate::egress::Egress,
     pub connect_timeout: Duration,
     /// How long to wait for an upstream's response headers (504 after).
     pub upstream_timeout: Duration,
@@ -85,6 +88,7 @@ pub struct RawServe {
     pub public_url: Option<String>,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    pub allow_private_upstreams: bool,
     pub connect_timeout_ms: u64,
     pub upstream_timeout_ms: u64,
     pub idle_timeout_ms: u64,
@@ -182,6 +186,9 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         public_url,
         allowed_origins,
         max_body_bytes: raw.max_body_bytes,
+        egress: crate::egress::Egress {
+            allow_private: raw.allow_private_upstreams,
+        },
         connect_timeout: ms(raw.connect_timeout_ms, "--connect-timeout-ms")?,
         upstream_timeout: ms(raw.upstream_timeout_ms, "--upstream-timeout-ms")?,
         idle_timeout: ms(raw.idle_timeout_ms, "--idle-timeout-ms")?,
@@ -214,6 +221,7 @@ impl RawServe {
             public_url: None,
             allowed_origins: vec![],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            allow_private_upstreams: false,
             connect_timeout_ms: 5_000,
             upstream_timeout_ms: 60_000,
             idle_timeout_ms: 90_000,

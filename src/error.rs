@@ -66,6 +66,10 @@ pub enum ProxyError {
         "upstream unreachable for credential {credential:?}: could not connect to the MCP server"
     )]
     UpstreamUnreachable { credential: String },
+    /// The egress rule refused the upstream (see [`crate::egress`]); the
+    /// address itself goes to the log, not to the caller.
+    #[error("tessera will not connect to the upstream of credential {credential:?}: it is an internal address or plain http://, which this tessera does not allow (--allow-private-upstreams); ask the admin")]
+    UpstreamForbidden { credential: String },
     #[error(
         "upstream timeout for credential {credential:?}: the MCP server did not answer in time"
     )]
@@ -113,6 +117,7 @@ impl ProxyError {
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
             UpstreamUnreachable { .. }
+            | UpstreamForbidden { .. }
             | CredentialRejected { .. }
             | UpstreamProtocol { .. }
             | ToolsList { .. }
@@ -134,6 +139,7 @@ impl ProxyError {
             ApprovalUnavailable => -32012,
             NotFound => -32004,
             UpstreamUnreachable { .. }
+            | UpstreamForbidden { .. }
             | UpstreamProtocol { .. }
             | CredentialRejected { .. }
             | ToolsList { .. }
@@ -161,6 +167,7 @@ impl ProxyError {
             InvalidRequest(_) => "invalid",
             RequestBody => "request_body",
             UpstreamUnreachable { .. } => "upstream_unreachable",
+            UpstreamForbidden { .. } => "upstream_forbidden",
             UpstreamTimeout { .. } => "upstream_timeout",
             CredentialRejected { .. } => "credential_rejected",
             UpstreamProtocol { .. } => "upstream_protocol",

@@ -13,6 +13,8 @@
 //! fires the exchange's future is dropped, which closes its connection, so
 //! a hanging authorizer leaves nothing behind.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Limited};
@@ -33,6 +35,10 @@ const MAX_REASON_CHARS: usize = 300;
 #[derive(Debug)]
 pub struct ExternalAuthorizer {
     config: AuthorizerConfig,
+    /// Its own client: the authorizer is the operator's service (often a
+    /// sidecar on loopback), not an upstream, so the upstreams' egress
+    /// rule (no internal addresses) does not apply to it.
+    client: UpstreamClient,
     uri: Uri,
     host: HeaderValue,
 }
@@ -73,7 +79,9 @@ enum Decision {
 }
 
 impl ExternalAuthorizer {
-    pub fn new(config: AuthorizerConfig) -> ExternalAuthorizer {
+    /// Must be called inside a Tokio runtime (its client sweeps idle
+    /// connections in a task).
+    pub fn new(config: AuthorizerConfig, connect_timeout: Duration) -> ExternalAuthorizer {
         let uri: Uri = config
             .url
             .as_str()
@@ -81,17 +89,24 @@ impl ExternalAuthorizer {
             .expect("a validated URL is a URI");
         let host = HeaderValue::from_str(uri.authority().map_or("", |a| a.as_str()))
             .expect("a URI authority is a header value");
-        ExternalAuthorizer { config, uri, host }
+        let client = crate::forward::client(
+            connect_timeout,
+            Duration::from_secs(90),
+            crate::egress::Egress {
+                allow_private: true,
+            },
+        );
+        ExternalAuthorizer {
+            config,
+            uri,
+            host,
+            client,
+        }
     }
 
     /// Ask the authorizer about a request the policies allowed or asked
     /// (`policy`), and return the stricter verdict.
-    pub async fn consult(
-        &self,
-        client: &UpstreamClient,
-        req: &AuthzRequest<'_>,
-        policy: Verdict,
-    ) -> Verdict {
+    pub async fn consult(&self, req: &AuthzRequest<'_>, policy: Verdict) -> Verdict {
         if matches!(policy, Verdict::Deny(_)) {
             return policy;
         }
@@ -100,7 +115,7 @@ impl ExternalAuthorizer {
             policies: policies.clone(),
             reason: Some(reason),
         };
-        let answer = tokio::time::timeout(self.config.timeout, self.ask(client, req)).await;
+        let answer = tokio::time::timeout(self.config.timeout, self.ask(req)).await;
         let second = match answer {
             Ok(Ok(a)) => {
                 let reason = a
@@ -133,7 +148,7 @@ impl ExternalAuthorizer {
         }
     }
 
-    async fn ask(&self, client: &UpstreamClient, req: &AuthzRequest<'_>) -> Result<Answer, String> {
+    async fn ask(&self, req: &AuthzRequest<'_>) -> Result<Answer, String> {
         let up = &req.connection.upstream;
         let q = Question {
             caller: &req.caller.name,
@@ -163,7 +178,7 @@ impl ExternalAuthorizer {
             HeaderValue::from_static("application/json"),
         );
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        let resp = client.send(r).await.map_err(|e| match e {
+        let resp = self.client.send(r).await.map_err(|e| match e {
             crate::pool::SendError::Connect(e) => format!("could not connect: {e}"),
             crate::pool::SendError::Http(e) => format!("broken HTTP exchange: {e}"),
         })?;

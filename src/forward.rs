@@ -12,6 +12,7 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::credentials::Injection;
+use crate::egress::{Egress, Resolver};
 use crate::error::ProxyError;
 use crate::snapshot::Upstream;
 
@@ -19,21 +20,24 @@ pub use crate::pool::{SendError, UpstreamBody, UpstreamClient};
 
 /// Build the upstream client. TLS uses rustls with the webpki roots; HTTP/2
 /// is negotiated by ALPN. Redirects are never followed, so a credential
-/// never travels to another origin. Must be called inside a Tokio runtime.
-pub fn client(connect_timeout: Duration, idle_timeout: Duration) -> UpstreamClient {
+/// never travels to another origin. `egress` says whether internal
+/// addresses and plain HTTP may be reached (see [`crate::egress`]). Must be
+/// called inside a Tokio runtime.
+pub fn client(connect_timeout: Duration, idle_timeout: Duration, egress: Egress) -> UpstreamClient {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    client_with_roots(connect_timeout, idle_timeout, roots)
+    client_with_roots(connect_timeout, idle_timeout, egress, roots)
 }
 
 /// [`client`] trusting `roots` instead of the webpki roots.
 pub fn client_with_roots(
     connect_timeout: Duration,
     idle_timeout: Duration,
+    egress: Egress,
     roots: rustls::RootCertStore,
 ) -> UpstreamClient {
-    let mut http = HttpConnector::new();
+    let mut http = HttpConnector::new_with_resolver(Resolver::new(egress));
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
@@ -50,7 +54,7 @@ pub fn client_with_roots(
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    UpstreamClient::new(https, idle_timeout)
+    UpstreamClient::new(https, idle_timeout, egress)
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either

@@ -41,6 +41,7 @@ pub mod changes;
 pub mod config;
 pub mod console;
 pub mod credentials;
+pub mod egress;
 pub mod error;
 pub mod ext_authz;
 pub mod filter;

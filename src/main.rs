@@ -263,6 +263,8 @@ struct ServeArgs {
     /// SHA-256).
     #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS")]
     audit_arguments: bool,
+    #[command(flatten)]
+    egress: EgressArgs,
     /// Audit records queued for the writer before requests wait for room.
     #[arg(long, env = "TESSERA_AUDIT_QUEUE", default_value_t = config::DEFAULT_AUDIT_QUEUE)]
     audit_queue: usize,
@@ -348,6 +350,24 @@ struct OAuthArgs {
     refresh_token_stdin: bool,
 }
 
+/// Whether upstreams may be internal (see `tessera::egress`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct EgressArgs {
+    /// Allow upstreams (and OAuth token URLs) on loopback, private,
+    /// link-local or metadata addresses, and over plain http://. Off by
+    /// default: a sidecar whose upstream runs on the same host needs it
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    allow_private_upstreams: bool,
+}
+
+impl EgressArgs {
+    fn egress(self) -> tessera::egress::Egress {
+        tessera::egress::Egress {
+            allow_private: self.allow_private_upstreams,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum CredentialCmd {
     /// Register an upstream and its credential. The secret is read from an
@@ -368,6 +388,8 @@ enum CredentialCmd {
         secret: SecretSource,
         #[command(flatten)]
         oauth: Box<OAuthArgs>,
+        #[command(flatten)]
+        egress: EgressArgs,
     },
     /// Replace a credential's secret. Serving processes use it for new
     /// requests within one refresh (250 ms by default); requests already
@@ -398,6 +420,8 @@ enum CredentialCmd {
         /// How long to wait for the authorization, in seconds.
         #[arg(long, default_value_t = 300)]
         wait_s: u64,
+        #[command(flatten)]
+        egress: EgressArgs,
     },
     List,
 }
@@ -1050,6 +1074,7 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         public_url: a.public_url.clone(),
         allowed_origins: a.allowed_origins.clone(),
         max_body_bytes: a.max_body_bytes,
+        allow_private_upstreams: a.egress.allow_private_upstreams,
         connect_timeout_ms: a.connect_timeout_ms,
         upstream_timeout_ms: a.upstream_timeout_ms,
         idle_timeout_ms: a.idle_timeout_ms,
@@ -1321,17 +1346,21 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             username,
             secret,
             oauth,
+            egress,
         } => {
             if scheme == "oauth2" {
                 if header_name.is_some() || username.is_some() {
                     bail!("--header-name and --username do not apply to --scheme oauth2");
                 }
-                return credential_add_oauth(at, &store, &name, &upstream, &secret, *oauth).await;
+                let given = (name.as_str(), upstream.as_str());
+                return credential_add_oauth(at, &store, given, &secret, *oauth, egress.egress())
+                    .await;
             }
             let secret = secret.read()?;
             let key = master_key(&at.data_dir)?;
             let spec = CredentialSpec {
                 name: &name,
+                egress: egress.egress(),
                 upstream: &upstream,
                 scheme: scheme.parse::<Scheme>()?,
                 header_name: header_name.as_deref(),
@@ -1362,15 +1391,24 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             client_secret_env,
             scopes,
             wait_s,
+            egress,
         } => {
             admin::check_name(&name)?;
             let upstream = admin::check_upstream(&upstream)?;
+            admin::check_egress(egress.egress(), "upstream URL", &upstream).await?;
             let client_secret = client_secret_env
                 .as_deref()
                 .map(|v| read_secret(Some(v)))
                 .transpose()?;
             let key = master_key(&at.data_dir)?;
-            let client = tessera::forward::client(Duration::from_secs(10), Duration::from_secs(30));
+            // Every URL the flow fetches (metadata, registration, token) was
+            // chosen by the upstream or its authorization server: the same
+            // egress rule applies to them.
+            let client = tessera::forward::client(
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+                egress.egress(),
+            );
             let spec = tessera::login::LoginSpec {
                 name,
                 upstream,
@@ -1406,10 +1444,10 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
 async fn credential_add_oauth(
     at: &Place,
     store: &Store,
-    name: &str,
-    upstream: &str,
+    (name, upstream): (&str, &str),
     secret: &SecretSource,
     oauth: OAuthArgs,
+    egress: tessera::egress::Egress,
 ) -> Result<()> {
     if secret.secret_stdin && oauth.refresh_token_stdin {
         bail!("only one of the client secret and the refresh token can come from stdin");
@@ -1424,6 +1462,7 @@ async fn credential_add_oauth(
         &key,
         admin::OAuthSpec {
             name,
+            egress,
             upstream,
             token_url: oauth
                 .token_url

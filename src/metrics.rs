@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 18] = [
+pub const REASONS: [&str; 19] = [
     "method",
     "not_found",
     "origin",
@@ -48,6 +48,7 @@ pub const REASONS: [&str; 18] = [
     "invalid",
     "request_body",
     "upstream_unreachable",
+    "upstream_forbidden",
     "upstream_timeout",
     "credential_rejected",
     "upstream_protocol",

@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
+use crate::egress::{Egress, Resolver};
 use crate::h1;
 
 type H2 = http2::SendRequest<Full<Bytes>>;
@@ -140,7 +141,8 @@ struct Slot {
 }
 
 struct Inner {
-    connector: HttpsConnector<HttpConnector>,
+    connector: HttpsConnector<HttpConnector<Resolver>>,
+    egress: Egress,
     idle_timeout: Duration,
     slots: Mutex<HashMap<Origin, Slot>>,
 }
@@ -149,6 +151,14 @@ struct Inner {
 #[derive(Clone)]
 pub struct UpstreamClient {
     inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamClient")
+            .field("egress", &self.inner.egress)
+            .finish_non_exhaustive()
+    }
 }
 
 enum Pooled {
@@ -160,9 +170,14 @@ impl UpstreamClient {
     /// A client over `connector`. Idle connections are closed after
     /// `idle_timeout` by a task that lives as long as the client (so this
     /// must be called inside a Tokio runtime).
-    pub fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Self {
+    pub fn new(
+        connector: HttpsConnector<HttpConnector<Resolver>>,
+        idle_timeout: Duration,
+        egress: Egress,
+    ) -> Self {
         let inner = Arc::new(Inner {
             connector,
+            egress,
             idle_timeout,
             slots: Mutex::new(HashMap::new()),
         });
@@ -247,6 +262,11 @@ impl Inner {
     }
 
     async fn connect(&self, origin: &Origin, uri: Uri) -> Result<Pooled, SendError> {
+        // The scheme and an IP-literal host here; a name's addresses in
+        // the connector's resolver, as they are connected to.
+        self.egress
+            .check_connect(origin.https, origin.authority.host())
+            .map_err(|e| SendError::Connect(e.into()))?;
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await

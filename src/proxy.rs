@@ -313,7 +313,13 @@ async fn send(
     state.metrics.upstream_latency(sent.elapsed());
     match resp {
         Err(_) => Err(ProxyError::UpstreamTimeout { credential }),
-        Ok(Err(SendError::Connect(_))) => Err(ProxyError::UpstreamUnreachable { credential }),
+        Ok(Err(SendError::Connect(e))) => match crate::egress::refusal_in(&*e) {
+            Some(refused) => {
+                tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
+                Err(ProxyError::UpstreamForbidden { credential })
+            }
+            None => Err(ProxyError::UpstreamUnreachable { credential }),
+        },
         Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol { credential }),
         Ok(Ok(resp)) => Ok(resp),
     }
@@ -365,7 +371,7 @@ async fn send_oauth(
 async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
     let v = state.authorizer.authorize(ask);
     match &state.external {
-        Some(ext) => Box::pin(ext.consult(&state.client, ask, v)).await,
+        Some(ext) => Box::pin(ext.consult(ask, v)).await,
         None => v,
     }
 }

@@ -81,13 +81,13 @@ impl State {
             .unwrap_or_default()
             .to_ascii_lowercase();
         let state = State {
-            client: client(config.connect_timeout, config.idle_timeout),
+            client: client(config.connect_timeout, config.idle_timeout, config.egress),
             authorizer,
             audit,
             external: config
                 .authorizer
                 .clone()
-                .map(crate::ext_authz::ExternalAuthorizer::new),
+                .map(|a| crate::ext_authz::ExternalAuthorizer::new(a, config.connect_timeout)),
             store,
             key,
             metrics: Arc::default(),

@@ -17,6 +17,8 @@ mod cli;
 mod config_file;
 #[path = "it/console.rs"]
 mod console;
+#[path = "it/egress.rs"]
+mod egress;
 #[path = "it/ext_authz.rs"]
 mod ext_authz;
 #[path = "it/forwarding.rs"]

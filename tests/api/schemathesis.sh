@@ -38,6 +38,8 @@ port=$(free_port)
 admin_port=$(free_port)
 export TESSERA_DATA_DIR="$work/data"
 unset TESSERA_DATABASE_URL TESSERA_MASTER_KEY
+# Credentials the fuzzer registers may name loopback upstreams.
+export TESSERA_ALLOW_PRIVATE_UPSTREAMS=true
 token=$("$tessera" admin-token add schemathesis | tail -n 1)
 "$tessera" serve --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" \
     2>"$work/serve.log" &

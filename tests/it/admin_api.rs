@@ -23,6 +23,19 @@ pub(crate) fn admin_token(p: &Proxy, name: &str) -> String {
     token
 }
 
+/// The `/metrics` text of the admin API at `api`.
+pub(crate) async fn metrics_text(api: &str, token: &str) -> String {
+    client()
+        .get(format!("{api}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// A request to the admin API with `token`; the status and JSON body.
 async fn call(
     method: reqwest::Method,
@@ -391,15 +404,7 @@ async fn an_event_stream_is_counted_open_until_it_ends() {
     let token = admin_token(&p, "prometheus");
     let a = p.agent("gh", &up.url("/sse"), "agent").await;
     let open_streams = || async {
-        let text = client()
-            .get(format!("{api}/metrics"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics_text(&api, &token).await;
         text.lines()
             .find_map(|l| l.strip_prefix("tessera_open_streams "))
             .unwrap()

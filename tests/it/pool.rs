@@ -169,8 +169,14 @@ async fn https_requests_reuse_one_connection(alpn: &[&[u8]], version: http::Vers
 
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
-    let c =
-        tessera::forward::client_with_roots(Duration::from_secs(5), Duration::from_secs(90), roots);
+    let c = tessera::forward::client_with_roots(
+        Duration::from_secs(5),
+        Duration::from_secs(90),
+        tessera::egress::Egress {
+            allow_private: true,
+        },
+        roots,
+    );
     for i in 0..3 {
         let req = http::Request::post(format!("https://localhost:{port}/mcp?n={i}"))
             .header("host", format!("localhost:{port}"))

@@ -121,6 +121,8 @@ verdict "server-everything listens on loopback only" "it listens on another inte
 export TESSERA_DATA_DIR="$work/tessera-data"
 export TESSERA_PUBLIC_URL="http://127.0.0.1:$tessera_port"
 unset TESSERA_DATABASE_URL TESSERA_MASTER_KEY TESSERA_CONFIG
+# The upstreams are sidecars on loopback, over plain http.
+export TESSERA_ALLOW_PRIVATE_UPSTREAMS=true
 T() { "$tessera" "$@"; }
 caller_token=$(T caller add agent | tail -n 1)
 SECRET=$everything_secret T credential add everything --upstream "http://127.0.0.1:$everything_port/mcp" --secret-env SECRET >/dev/null
