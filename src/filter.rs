@@ -29,6 +29,31 @@ pub fn filter_response_headers(h: &mut HeaderMap) {
     h.remove("set-cookie2");
 }
 
+/// Drop a `Location` (or `Content-Location`) that would send the caller
+/// back into tessera: a relative one (the caller resolves it against
+/// tessera's URL, not the upstream's) and an absolute one whose host
+/// `is_ours` (tessera's public host, a loopback name). An upstream could
+/// otherwise point an agent at another connection address or the admin
+/// listener. Others pass: tessera never follows them itself.
+pub fn drop_locations_into_tessera(h: &mut HeaderMap, is_ours: impl Fn(&str) -> bool) {
+    for name in [header::LOCATION, header::CONTENT_LOCATION] {
+        let keep = match h.get(&name) {
+            None => continue,
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|s| url::Url::parse(s).ok())
+                .is_some_and(|u| {
+                    matches!(u.scheme(), "http" | "https")
+                        && u.host_str().is_some_and(|host| !is_ours(host))
+                }),
+        };
+        if !keep {
+            h.remove(&name);
+        }
+    }
+}
+
 /// Whether the upstream refused tessera's credential: such an answer is
 /// never relayed as a challenge.
 pub fn credential_rejected(status: StatusCode) -> bool {
@@ -59,5 +84,28 @@ mod tests {
         let mut names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         names.sort();
         assert_eq!(names, ["content-type", "mcp-session-id"]);
+    }
+
+    #[test]
+    fn locations_into_tessera_are_dropped() {
+        let ours = |h: &str| h == "tessera.internal" || h == "127.0.0.1" || h == "localhost";
+        let kept = |loc: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::LOCATION, loc.parse().unwrap());
+            drop_locations_into_tessera(&mut h, ours);
+            h.contains_key(header::LOCATION)
+        };
+        assert!(kept("https://elsewhere.example/next"));
+        for loc in [
+            "/c/another-connection",
+            "../admin",
+            "//127.0.0.1:7471/v1/credentials",
+            "http://localhost:7470/c/x",
+            "https://tessera.internal/c/x",
+            "javascript:alert(1)",
+            "not a url",
+        ] {
+            assert!(!kept(loc), "{loc}");
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::{Metered, ProxyBody};
 use crate::error::ProxyError;
-use crate::filter::{credential_rejected, filter_response_headers};
+use crate::filter::{credential_rejected, drop_locations_into_tessera, filter_response_headers};
 use crate::forward::{upstream_request, upstream_uri, SendError};
 use crate::jsonrpc::peek;
 use crate::policy::Policies;
@@ -273,6 +273,11 @@ async fn proxy(
     }
     let (mut parts, body) = resp.into_parts();
     filter_response_headers(&mut parts.headers);
+    if parts.headers.contains_key(header::LOCATION)
+        || parts.headers.contains_key(header::CONTENT_LOCATION)
+    {
+        drop_locations_into_tessera(&mut parts.headers, |h| state.is_own_host(h));
+    }
     // The secret injected on this request never comes back, in headers or
     // body, whatever the upstream echoes.
     redactor.headers(&mut parts.headers);

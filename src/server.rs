@@ -151,12 +151,17 @@ impl State {
                 return Err(ProxyError::ForbiddenOrigin);
             }
         }
-        let name = host_name(host.ok_or(ProxyError::ForbiddenHost)?);
-        if name.eq_ignore_ascii_case(&self.public_host) || is_loopback_name(name) {
+        if self.is_own_host(host_name(host.ok_or(ProxyError::ForbiddenHost)?)) {
             Ok(())
         } else {
             Err(ProxyError::ForbiddenHost)
         }
+    }
+
+    /// Whether a host name (no port) names tessera: its public host or a
+    /// loopback name.
+    pub fn is_own_host(&self, name: &str) -> bool {
+        name.eq_ignore_ascii_case(&self.public_host) || is_loopback_name(name)
     }
 }
 

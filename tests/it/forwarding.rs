@@ -259,7 +259,39 @@ async fn upstream_redirects_are_not_followed() {
         .await
         .unwrap();
     assert_eq!(r.status(), 302);
+    // A Location elsewhere is the caller's to follow or not.
+    assert_eq!(r.headers()["location"], "http://elsewhere.example/steal");
     // tessera made exactly one upstream request: it did not chase the
     // redirect with the credential attached.
     assert_eq!(up.seen().len(), 1);
+
+    // A Location that would lead back into tessera is dropped.
+    let home = p.agent("home", &up.url("/redirect-home"), "agent2").await;
+    let r = c
+        .post(&home.url)
+        .bearer_auth(&home.token)
+        .body(tools_call(1, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 302);
+    assert!(r.headers().get("location").is_none(), "{:?}", r.headers());
+
+    // A redirect that carries the stored credential comes back without it.
+    let leak = p.agent("leak", &up.url("/redirect-leak"), "agent3").await;
+    let r = c
+        .post(&leak.url)
+        .bearer_auth(&leak.token)
+        .body(tools_call(1, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 307);
+    let location = r.headers()["location"].to_str().unwrap();
+    assert!(
+        location.starts_with("https://elsewhere.example/?auth="),
+        "{location}"
+    );
+    assert!(!location.contains(SECRET), "{location}");
+    assert_eq!(up.seen().len(), 3);
 }

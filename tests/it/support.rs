@@ -45,6 +45,10 @@ pub struct Seen {
 /// - `/deny`: 401 with a `WWW-Authenticate` challenge;
 /// - `/hang`: never answers;
 /// - `/redirect`: a 302 to another origin;
+/// - `/redirect-home`: a 302 to a relative `/c/…` (which the caller would
+///   resolve against tessera);
+/// - `/redirect-leak`: a 307 to another origin carrying the request's
+///   `Authorization` value in its query;
 /// - `/sse`: an event stream fed by the test through `sse_sender()`;
 /// - `/close`: a normal answer, then the connection is closed;
 /// - `/sse-tools`: a `tools/list` answered over SSE (a comment, a progress
@@ -192,6 +196,21 @@ async fn answer(
             .header("connection", "close")
             .header("content-type", "application/json")
             .body(full("{}".into())),
+        "/redirect-home" => Response::builder()
+            .status(StatusCode::FOUND)
+            .header("location", "/c/someone-elses-connection")
+            .body(full(String::new())),
+        "/redirect-leak" => {
+            let auth = parts.headers.get("authorization").cloned();
+            let auth = auth.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("");
+            Response::builder()
+                .status(StatusCode::TEMPORARY_REDIRECT)
+                .header(
+                    "location",
+                    format!("https://elsewhere.example/?auth={auth}"),
+                )
+                .body(full(String::new()))
+        }
         "/redirect" => Response::builder()
             .status(StatusCode::FOUND)
             .header("location", "http://elsewhere.example/steal")
