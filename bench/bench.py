@@ -35,6 +35,11 @@ TESSERA = os.path.join(REL, "tessera")
 # The benchmark's upstream runs on loopback: tessera refuses internal
 # upstreams unless allowed (binaries older than that ignore the variable).
 os.environ["TESSERA_ALLOW_PRIVATE_UPSTREAMS"] = "true"
+# One caller drives the whole load (saturation, 10,000 streams): the
+# per-caller limits, which are about many callers sharing a tessera, are
+# off here; nginx has none either.
+os.environ["TESSERA_CALLER_RATE"] = "0"
+os.environ["TESSERA_CALLER_MAX_IN_FLIGHT"] = "0"
 UPSTREAM = os.path.join(REL, "examples", "bench-upstream")
 SSE = os.path.join(REL, "examples", "bench-sse")
 CLIENT_CORE, PROXY_CORE = "0", "1"

@@ -56,6 +56,7 @@ fn snapshot() -> Snapshot {
                 id: i,
                 name: format!("agent-{i}"),
                 groups: Vec::new(),
+                usage: Default::default(),
             }),
         );
         connections.insert(

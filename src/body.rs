@@ -15,12 +15,15 @@ pub fn full(b: Bytes) -> ProxyBody {
 }
 
 /// A response body counted as it passes: its bytes go to the `bytes out`
-/// counter frame by frame, and an event stream counts as open until the
-/// body is dropped (finished, or the caller gone).
+/// counter frame by frame, and an event stream counts as open (and the
+/// caller's request as in flight) until the body is dropped (finished, or
+/// the caller gone).
 pub struct Metered<B> {
     inner: B,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     _stream: Option<crate::metrics::StreamGuard>,
+    /// The caller's in-flight slot, released when the body is dropped.
+    _admitted: crate::limits::Admitted,
 }
 
 impl<B> Metered<B> {
@@ -28,9 +31,11 @@ impl<B> Metered<B> {
         inner: B,
         metrics: &std::sync::Arc<crate::metrics::Metrics>,
         event_stream: bool,
+        admitted: crate::limits::Admitted,
     ) -> Self {
         Metered {
             inner,
+            _admitted: admitted,
             _stream: event_stream.then(|| metrics.stream_opened()),
             metrics: metrics.clone(),
         }

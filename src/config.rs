@@ -30,7 +30,35 @@ pub enum ConfigError {
     AuthorizerUrl(String),
     #[error("--authorizer-failure {0:?}: use deny or ask")]
     AuthorizerFailure(String),
+    #[error("--caller-rate {0} must be a number of requests per second, 0 or more")]
+    Rate(String),
 }
+
+/// Limits on one request and on one caller's use (see [`crate::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestLimits {
+    /// Header fields in a request (431 above).
+    pub max_headers: usize,
+    /// Bytes of header names and values together (431 above).
+    pub max_header_bytes: usize,
+    /// Bytes of the request target (414 above).
+    pub max_uri_bytes: usize,
+    /// A request head that takes longer is cut off (the connection closed).
+    pub header_timeout: Duration,
+    /// A request body that takes longer is refused (408).
+    pub body_timeout: Duration,
+    /// Messages in a 2025-03-26 JSON-RPC batch (400 above).
+    pub max_batch: usize,
+    pub caller: crate::limits::CallerLimits,
+}
+
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+pub const DEFAULT_MAX_URI_BYTES: usize = 8 * 1024;
+pub const DEFAULT_MAX_BATCH: usize = 100;
+pub const DEFAULT_CALLER_MAX_IN_FLIGHT: u32 = 256;
+pub const DEFAULT_CALLER_RATE: f64 = 100.0;
+pub const DEFAULT_CALLER_BURST: u32 = 200;
 
 /// What a failed external authorizer (timeout, connection error, non-2xx,
 /// malformed answer) means. Never allow.
@@ -61,6 +89,7 @@ pub struct ServeConfig {
     /// Whether internal addresses and plain HTTP may be reached upstream
     /// (`--allow-private-upstreams`; see [`crate::egress`]).
     pub egress: crate::egress::Egress,
+    pub limits: RequestLimits,
     pub connect_timeout: Duration,
     /// How long to wait for an upstream's response headers (504 after).
     pub upstream_timeout: Duration,
@@ -89,6 +118,15 @@ pub struct RawServe {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub allow_private_upstreams: bool,
+    pub max_headers: usize,
+    pub max_header_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub max_batch: usize,
+    pub caller_max_in_flight: u32,
+    pub caller_rate: f64,
+    pub caller_burst: u32,
     pub connect_timeout_ms: u64,
     pub upstream_timeout_ms: u64,
     pub idle_timeout_ms: u64,
@@ -166,6 +204,32 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
     if raw.tools_list_max_bytes == 0 {
         return Err(ConfigError::Zero("--tools-list-max-bytes"));
     }
+    for (v, name) in [
+        (raw.max_headers, "--max-headers"),
+        (raw.max_header_bytes, "--max-header-bytes"),
+        (raw.max_uri_bytes, "--max-uri-bytes"),
+        (raw.max_batch, "--max-batch"),
+    ] {
+        if v == 0 {
+            return Err(ConfigError::Zero(name));
+        }
+    }
+    if !(raw.caller_rate.is_finite() && raw.caller_rate >= 0.0) {
+        return Err(ConfigError::Rate(raw.caller_rate.to_string()));
+    }
+    let limits = RequestLimits {
+        max_headers: raw.max_headers,
+        max_header_bytes: raw.max_header_bytes,
+        max_uri_bytes: raw.max_uri_bytes,
+        header_timeout: ms(raw.header_timeout_ms, "--header-timeout-ms")?,
+        body_timeout: ms(raw.body_timeout_ms, "--body-timeout-ms")?,
+        max_batch: raw.max_batch,
+        caller: crate::limits::CallerLimits {
+            max_in_flight: raw.caller_max_in_flight,
+            rate: raw.caller_rate,
+            burst: raw.caller_burst,
+        },
+    };
     let authorizer = match raw.authorizer_url.as_deref() {
         None => None,
         Some(u) => Some(AuthorizerConfig {
@@ -189,6 +253,7 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         egress: crate::egress::Egress {
             allow_private: raw.allow_private_upstreams,
         },
+        limits,
         connect_timeout: ms(raw.connect_timeout_ms, "--connect-timeout-ms")?,
         upstream_timeout: ms(raw.upstream_timeout_ms, "--upstream-timeout-ms")?,
         idle_timeout: ms(raw.idle_timeout_ms, "--idle-timeout-ms")?,
@@ -222,6 +287,15 @@ impl RawServe {
             allowed_origins: vec![],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             allow_private_upstreams: false,
+            max_headers: DEFAULT_MAX_HEADERS,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_uri_bytes: DEFAULT_MAX_URI_BYTES,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            max_batch: DEFAULT_MAX_BATCH,
+            caller_max_in_flight: DEFAULT_CALLER_MAX_IN_FLIGHT,
+            caller_rate: DEFAULT_CALLER_RATE,
+            caller_burst: DEFAULT_CALLER_BURST,
             connect_timeout_ms: 5_000,
             upstream_timeout_ms: 60_000,
             idle_timeout_ms: 90_000,

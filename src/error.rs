@@ -24,6 +24,10 @@ pub enum ProxyError {
     ForbiddenOrigin,
     #[error("forbidden: the Host header names neither tessera's public host nor a loopback name")]
     ForbiddenHost,
+    #[error("URI too long: tessera accepts request targets of at most {0} bytes")]
+    UriTooLong(usize),
+    #[error("request header fields too large: tessera accepts at most {0} header fields and {1} bytes of them")]
+    HeadersTooLarge(usize, usize),
     // ---- the caller ------------------------------------------------------
     #[error(
         "unauthorized: send the caller token tessera issued as 'Authorization: Bearer <token>'"
@@ -61,6 +65,12 @@ pub enum ProxyError {
     InvalidRequest(&'static str),
     #[error("reading the request body failed")]
     RequestBody,
+    #[error("request timeout: the request body did not arrive within {0} ms")]
+    RequestTimeout(u64),
+    /// A caller over its limits, or a source failing authentication over
+    /// and over (see [`crate::limits`]).
+    #[error("{}", too_many_text(*.0))]
+    TooMany(TooMany, u32),
     // ---- the upstream ----------------------------------------------------
     #[error(
         "upstream unreachable for credential {credential:?}: could not connect to the MCP server"
@@ -94,6 +104,25 @@ pub enum ProxyError {
     },
 }
 
+/// Which limit a 429 is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooMany {
+    /// The caller's requests (and streams) in flight.
+    InFlight,
+    /// The caller's request rate.
+    Rate,
+    /// Failed authentication from this source or on this address.
+    FailedAuth,
+}
+
+fn too_many_text(kind: TooMany) -> &'static str {
+    match kind {
+        TooMany::InFlight => "too many requests: this caller has too many requests and streams open at once; retry after the time in Retry-After",
+        TooMany::Rate => "too many requests: this caller is over its request rate; retry after the time in Retry-After",
+        TooMany::FailedAuth => "too many failed authentications from this source or on this address; send the caller token tessera issued as 'Authorization: Bearer <token>', after the time in Retry-After",
+    }
+}
+
 /// The model-facing text of a held tool call.
 fn held_text(tool: &str, connection: &str, approval: &str, denied: bool) -> String {
     if denied {
@@ -115,6 +144,10 @@ impl ProxyError {
             ApprovalUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
             ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
@@ -132,7 +165,9 @@ impl ProxyError {
         use ProxyError::*;
         match self {
             ParseError => -32700,
-            InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed => -32600,
+            InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed
+            | UriTooLong(_) | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
+            TooMany(..) => -32029,
             Unauthorized => -32001,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
             Held(_) | ToolHeld { .. } => -32005,
@@ -166,6 +201,12 @@ impl ProxyError {
             ParseError => "parse",
             InvalidRequest(_) => "invalid",
             RequestBody => "request_body",
+            UriTooLong(_) => "uri_too_long",
+            HeadersTooLarge(..) => "headers_too_large",
+            RequestTimeout(_) => "request_timeout",
+            TooMany(self::TooMany::InFlight, _) => "caller_in_flight",
+            TooMany(self::TooMany::Rate, _) => "caller_rate",
+            TooMany(self::TooMany::FailedAuth, _) => "auth_throttled",
             UpstreamUnreachable { .. } => "upstream_unreachable",
             UpstreamForbidden { .. } => "upstream_forbidden",
             UpstreamTimeout { .. } => "upstream_timeout",
@@ -209,6 +250,14 @@ impl ProxyError {
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer realm=\"tessera\""),
                 );
+            }
+            ProxyError::TooMany(_, seconds) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            ProxyError::RequestTimeout(_) | ProxyError::HeadersTooLarge(..) => {
+                // The connection's state is unknown (half a body, a head
+                // cut short): the client starts afresh on a new one.
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

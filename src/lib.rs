@@ -48,6 +48,7 @@ pub mod filter;
 pub mod forward;
 pub mod h1;
 pub mod jsonrpc;
+pub mod limits;
 pub mod logging;
 pub mod login;
 pub mod metrics;

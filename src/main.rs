@@ -243,6 +243,36 @@ struct ServeArgs {
     allowed_origins: Vec<String>,
     #[arg(long, env = "TESSERA_MAX_BODY_BYTES", default_value_t = config::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// Header fields a request may carry (431 above).
+    #[arg(long, env = "TESSERA_MAX_HEADERS", default_value_t = config::DEFAULT_MAX_HEADERS)]
+    max_headers: usize,
+    /// Bytes of header names and values a request may carry (431 above).
+    #[arg(long, env = "TESSERA_MAX_HEADER_BYTES", default_value_t = config::DEFAULT_MAX_HEADER_BYTES)]
+    max_header_bytes: usize,
+    /// Bytes of a request target (414 above).
+    #[arg(long, env = "TESSERA_MAX_URI_BYTES", default_value_t = config::DEFAULT_MAX_URI_BYTES)]
+    max_uri_bytes: usize,
+    /// A request head not complete within this is cut off (connection
+    /// closed): the slow-headers defence.
+    #[arg(long, env = "TESSERA_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    header_timeout_ms: u64,
+    /// A request body not complete within this is refused (408).
+    #[arg(long, env = "TESSERA_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    body_timeout_ms: u64,
+    /// Messages in one JSON-RPC batch (2025-03-26; 400 above).
+    #[arg(long, env = "TESSERA_MAX_BATCH", default_value_t = config::DEFAULT_MAX_BATCH)]
+    max_batch: usize,
+    /// Requests (streams included) one caller may have open at once (429
+    /// above; 0: no limit).
+    #[arg(long, env = "TESSERA_CALLER_MAX_IN_FLIGHT", default_value_t = config::DEFAULT_CALLER_MAX_IN_FLIGHT)]
+    caller_max_in_flight: u32,
+    /// Requests per second one caller may make, sustained (429 above; 0:
+    /// no limit).
+    #[arg(long, env = "TESSERA_CALLER_RATE", default_value_t = config::DEFAULT_CALLER_RATE)]
+    caller_rate: f64,
+    /// Requests one caller may make at once above its rate.
+    #[arg(long, env = "TESSERA_CALLER_BURST", default_value_t = config::DEFAULT_CALLER_BURST)]
+    caller_burst: u32,
     /// Upstream TCP (and TLS) connect timeout.
     #[arg(long, env = "TESSERA_CONNECT_TIMEOUT_MS", default_value_t = 5_000)]
     connect_timeout_ms: u64,
@@ -1075,6 +1105,15 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         allowed_origins: a.allowed_origins.clone(),
         max_body_bytes: a.max_body_bytes,
         allow_private_upstreams: a.egress.allow_private_upstreams,
+        max_headers: a.max_headers,
+        max_header_bytes: a.max_header_bytes,
+        max_uri_bytes: a.max_uri_bytes,
+        header_timeout_ms: a.header_timeout_ms,
+        body_timeout_ms: a.body_timeout_ms,
+        max_batch: a.max_batch,
+        caller_max_in_flight: a.caller_max_in_flight,
+        caller_rate: a.caller_rate,
+        caller_burst: a.caller_burst,
         connect_timeout_ms: a.connect_timeout_ms,
         upstream_timeout_ms: a.upstream_timeout_ms,
         idle_timeout_ms: a.idle_timeout_ms,

@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 19] = [
+pub const REASONS: [&str; 25] = [
     "method",
     "not_found",
     "origin",
@@ -47,6 +47,12 @@ pub const REASONS: [&str; 19] = [
     "parse",
     "invalid",
     "request_body",
+    "uri_too_long",
+    "headers_too_large",
+    "request_timeout",
+    "caller_in_flight",
+    "caller_rate",
+    "auth_throttled",
     "upstream_unreachable",
     "upstream_forbidden",
     "upstream_timeout",

@@ -822,6 +822,7 @@ mod tests {
             id,
             name: name.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            usage: Default::default(),
         };
         let callers = vec![
             caller(1, "agent", &[]),

@@ -18,10 +18,11 @@ use crate::audit::{sha256_hex, AuditRecord};
 use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::{Metered, ProxyBody};
-use crate::error::ProxyError;
+use crate::error::{ProxyError, TooMany};
 use crate::filter::{credential_rejected, drop_locations_into_tessera, filter_response_headers};
 use crate::forward::{upstream_request, upstream_uri, SendError};
 use crate::jsonrpc::peek;
+use crate::limits::Refusal;
 use crate::policy::Policies;
 use crate::route::route;
 use crate::server::State;
@@ -63,11 +64,15 @@ struct Decided {
 }
 
 /// Handle one request to the data plane.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    peer: std::net::IpAddr,
+) -> Response<ProxyBody> {
     let started = Instant::now();
     let method = req.method().clone();
     let mut access = Access::default();
-    let resp = match proxy(&state, req, &mut access).await {
+    let resp = match proxy(&state, req, peer, &mut access).await {
         Ok(r) => r,
         Err(e) => {
             access.reason = Some(e.reason());
@@ -145,9 +150,15 @@ async fn audit(
 async fn proxy(
     state: &State,
     req: Request<Incoming>,
+    peer: std::net::IpAddr,
     access: &mut Access,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (mut parts, body) = req.into_parts();
+    let limits = &state.config.limits;
+
+    // The request's shape before anything else: no lookup is spent on an
+    // oversized or ambiguous request.
+    check_shape(&parts, limits)?;
 
     // Route first: a wrong method or a path that is not an address is
     // refused before anything is loaded.
@@ -160,8 +171,30 @@ async fn proxy(
     // Authenticate against the snapshot (no I/O), then resolve the address
     // as this caller's; someone else's address is as unknown as a random one.
     let snap = state.snapshot.load();
-    let caller = authenticate(&snap, &parts.headers)?;
+    let caller = authenticate(&snap, &parts.headers).map_err(|e| {
+        // Failures are counted per source and per (existing) address; in
+        // a back-off they are answered 429. A valid token is never held.
+        let address = snap
+            .connections
+            .contains_key(r.connection_id)
+            .then_some(r.connection_id);
+        match state.auth_throttle.failed(peer, address, Instant::now()) {
+            Some(s) => ProxyError::TooMany(TooMany::FailedAuth, s),
+            None => e,
+        }
+    })?;
     access.caller = Some(caller.clone());
+    // The caller's limits, before its body is read: a caller over them
+    // costs no more than this.
+    let admitted = caller
+        .usage
+        .admit(&limits.caller, Instant::now())
+        .map_err(|refused| match refused {
+            Refusal::InFlight { retry_after_s } => {
+                ProxyError::TooMany(TooMany::InFlight, retry_after_s)
+            }
+            Refusal::Rate { retry_after_s } => ProxyError::TooMany(TooMany::Rate, retry_after_s),
+        })?;
     let conn = connection_for(&snap, &caller, r.connection_id)?;
     access.connection = Some(r.connection_id.chars().take(8).collect());
     access.connection_id = Some(r.connection_id.to_string());
@@ -169,7 +202,12 @@ async fn proxy(
 
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
     // read it once, inspect it, forward that same buffer.
-    let body = read_bounded(&parts.headers, body, state.config.max_body_bytes).await?;
+    let body = tokio::time::timeout(
+        limits.body_timeout,
+        read_bounded(&parts.headers, body, state.config.max_body_bytes),
+    )
+    .await
+    .map_err(|_| ProxyError::RequestTimeout(limits.body_timeout.as_millis() as u64))??;
     state.metrics.bytes_in(body.len());
     let peeked = if parts.method == http::Method::POST {
         Some(peek(&body)?)
@@ -200,6 +238,11 @@ async fn proxy(
         time: SystemTime::now(),
     };
     let messages = peeked.as_ref().map(|p| p.messages()).unwrap_or_default();
+    if messages.len() > limits.max_batch {
+        return Err(ProxyError::InvalidRequest(
+            "the JSON-RPC batch holds more messages than tessera accepts (--max-batch)",
+        ));
+    }
     if let Some(first) = messages.first() {
         access.rpc_method = first.method.as_deref().map(CompactString::from);
         access.tool = first.tool().map(CompactString::from);
@@ -285,7 +328,8 @@ async fn proxy(
         .headers
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let body = Metered::new(redactor.body(body), &state.metrics, event_stream);
+    // The caller's request counts as in flight until this body ends.
+    let body = Metered::new(redactor.body(body), &state.metrics, event_stream, admitted);
     let body = match tool_filter {
         None => body.boxed(),
         Some(f) => {
@@ -304,6 +348,32 @@ async fn proxy(
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// Refuse a request whose target or headers are over the limits. hyper
+/// already refused what cannot be parsed (CR, LF or NUL in a value, a bad
+/// request line, conflicting lengths).
+fn check_shape(
+    parts: &http::request::Parts,
+    limits: &crate::config::RequestLimits,
+) -> Result<(), ProxyError> {
+    let target = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
+    if target > limits.max_uri_bytes {
+        return Err(ProxyError::UriTooLong(limits.max_uri_bytes));
+    }
+    let h = &parts.headers;
+    let bytes: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+    if h.len() > limits.max_headers || bytes > limits.max_header_bytes {
+        return Err(ProxyError::HeadersTooLarge(
+            limits.max_headers,
+            limits.max_header_bytes,
+        ));
+    }
+    // Framing needs no check here: hyper refuses differing Content-Length
+    // values, folds equal ones, and reads a body with Transfer-Encoding by
+    // it alone (RFC 9112 §6.1); tessera then frames what it forwards with
+    // its own Content-Length (tests/it/hostile.rs).
+    Ok(())
 }
 
 /// Send on the pooled client within the upstream timeout.

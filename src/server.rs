@@ -39,6 +39,8 @@ pub struct State {
     key: Arc<MasterKey>,
     /// Counters for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Failed authentication by source and by address.
+    pub auth_throttle: crate::limits::AuthThrottle,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
     /// The store's policy epoch (`tessera policy reload`).
@@ -91,6 +93,7 @@ impl State {
             store,
             key,
             metrics: Arc::default(),
+            auth_throttle: crate::limits::AuthThrottle::default(),
             snapshot: shared,
             public_host,
             policy_epoch: epoch_rx,
@@ -206,10 +209,18 @@ pub async fn run(
     // (HTTP/2 comes by TLS ALPN, which a loopback sidecar does not serve).
     // hyper-util's auto-detecting builder would read the first bytes apart,
     // which costs every connection an extra 8 KiB read buffer.
-    let builder = hyper::server::conn::http1::Builder::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The slow-headers defence: a head not complete in time closes the
+    // connection (hyper sends nothing then). The header count is checked
+    // against --max-headers in the handler, which answers 431 with a
+    // JSON-RPC body; hyper's own cap (a bare 431) sits above it.
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(state.config.limits.header_timeout)
+        .max_headers(state.config.limits.max_headers.saturating_mul(2).max(100));
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(e) => {
@@ -228,7 +239,7 @@ pub async fn run(
             // Boxed per request: hyper keeps the slot for the service's
             // future allocated for the connection's whole life, so an
             // unboxed handler would cost every idle open stream its size.
-            let handled = Box::pin(crate::proxy::handle(state.clone(), req));
+            let handled = Box::pin(crate::proxy::handle(state.clone(), req, peer.ip()));
             async move { Ok::<_, std::convert::Infallible>(handled.await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), svc);

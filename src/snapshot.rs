@@ -27,6 +27,9 @@ pub struct Caller {
     pub id: i64,
     pub name: String,
     pub groups: Vec<String>,
+    /// Its requests in flight and rate bucket: the same object from one
+    /// snapshot to the next, so a reload never resets a limit.
+    pub usage: Arc<crate::limits::CallerUse>,
 }
 
 /// An upstream and the credential injected into requests to it.
@@ -157,6 +160,11 @@ impl Snapshot {
                 Err(e) => tracing::error!(credential = %c.name, error = %e, "credential left out"),
             }
         }
+        let usage: HashMap<i64, &Arc<crate::limits::CallerUse>> = previous
+            .into_iter()
+            .flat_map(|p| p.callers.values())
+            .map(|c| (c.id, &c.usage))
+            .collect();
         let mut callers = HashMap::new();
         let mut live = std::collections::HashSet::new();
         for c in store.callers().await? {
@@ -165,6 +173,9 @@ impl Snapshot {
                 callers.insert(
                     c.token_sha256,
                     Arc::new(Caller {
+                        usage: usage
+                            .get(&c.id)
+                            .map_or_else(Default::default, |u| (*u).clone()),
                         id: c.id,
                         name: c.name,
                         groups: c.groups,

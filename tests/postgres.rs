@@ -23,6 +23,8 @@ mod egress;
 mod ext_authz;
 #[path = "it/forwarding.rs"]
 mod forwarding;
+#[path = "it/hostile.rs"]
+mod hostile;
 #[path = "it/keys.rs"]
 mod keys;
 #[path = "it/oauth.rs"]

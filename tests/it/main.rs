@@ -10,6 +10,7 @@ mod console;
 mod egress;
 mod ext_authz;
 mod forwarding;
+mod hostile;
 mod keys;
 mod oauth;
 mod policies;

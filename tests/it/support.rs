@@ -606,6 +606,17 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
+/// Send `a` a `tools/call` of tool `t` with id `id`; the raw response.
+pub async fn send_call(a: &Agent, id: u32) -> reqwest::Response {
+    client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .body(tools_call(id, "t"))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// A `tools/call` body.
 pub fn tools_call(id: u32, tool: &str) -> String {
     serde_json::json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{}}}).to_string()
@@ -857,4 +868,32 @@ pub fn assert_logs_lack(needles: &[&str]) {
             "a secret reached the log"
         );
     }
+}
+
+/// Send bytes as they are and read the whole answer (until tessera closes
+/// the connection).
+pub async fn raw_request(addr: SocketAddr, req: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    // Written beside the read: tessera may answer (413, say) and close
+    // before a large request is all sent, which ends the write early.
+    let req = req.to_vec();
+    // The write half is kept (returned) rather than dropped when done:
+    // dropping it would half-close the connection under the request.
+    let writing = tokio::spawn(async move {
+        let _ = wr.write_all(&req).await;
+        wr
+    });
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    // Until tessera closes; a reset after its answer keeps what came.
+    while let Ok(n) = rd.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    writing.abort();
+    String::from_utf8_lossy(&out).into_owned()
 }

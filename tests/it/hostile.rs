@@ -1,0 +1,472 @@
+//! Hostile callers over real sockets: every input in tests/hostile/README.md
+//! gets its documented answer, none reaches the upstream, and the limits
+//! (in flight, rate, failed authentication) answer 429 with Retry-After.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+/// A request sent as raw bytes to `path` with `headers` (each a full line,
+/// no CRLF) and `body`; the answer's head and body as text.
+async fn raw(p: &Proxy, method: &str, path: &str, headers: &[String], body: &[u8]) -> String {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    raw_request(p.addr, &bytes).await
+}
+
+/// The status line's code, and the JSON-RPC error code of the body if any.
+fn answer(raw: &str) -> (u16, Option<i64>) {
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {raw:?}"));
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+    let code = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_i64());
+    (status, code)
+}
+
+/// What a hostile request is, its target, header lines and body, and the
+/// expected status and JSON-RPC code (None: hyper answers before tessera,
+/// without a body).
+type Case = (&'static str, String, Vec<String>, Vec<u8>, u16, Option<i64>);
+
+#[tokio::test]
+async fn malformed_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with(Proxy::dir(), |c| {
+        c.limits.caller.rate = 0.0;
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let path = a.url.strip_prefix(&p.base()).unwrap().to_string();
+    let auth = format!("authorization: Bearer {}", a.token);
+    let json = "content-type: application/json".to_string();
+    let call = tools_call(1, "t");
+    let len = |b: &[u8]| format!("content-length: {}", b.len());
+
+    let big_batch = {
+        let one = r#"{"jsonrpc":"2.0","method":"n"}"#;
+        let mut b = String::from("[");
+        for i in 0..100_000 {
+            if i > 0 {
+                b.push(',');
+            }
+            b.push_str(one);
+        }
+        b.push(']');
+        b.into_bytes()
+    };
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes();
+    let deep_object =
+        format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000)).into_bytes();
+    let many_headers: Vec<String> = (0..101).map(|i| format!("x-h{i}: v")).collect();
+    let long_header = vec![format!("x-long: {}", "a".repeat(17 * 1024))];
+    let cases: Vec<Case> = vec![
+        (
+            "invalid JSON",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            b"{oops".to_vec(),
+            400,
+            Some(-32700),
+        ),
+        (
+            "JSON that is not JSON-RPC",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            br#"{"id":1,"method":7}"#.to_vec(),
+            400,
+            Some(-32600),
+        ),
+        (
+            "not UTF-8",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            b"{\"id\":1,\"method\":\"\xff\xfe\"}".to_vec(),
+            400,
+            Some(-32700),
+        ),
+        (
+            "a batch of 100,000 messages",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            big_batch,
+            400,
+            Some(-32600),
+        ),
+        (
+            "arrays nested 100,000 deep",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            deep,
+            400,
+            Some(-32600),
+        ),
+        (
+            "objects nested 100,000 deep",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            deep_object,
+            400,
+            // Skipped as an unknown member (serde_json skips without
+            // recursing), then refused: no "jsonrpc".
+            Some(-32600),
+        ),
+        (
+            "a body over 4 MiB",
+            path.clone(),
+            vec![auth.clone(), json.clone()],
+            vec![b' '; 4 * 1024 * 1024 + 1],
+            413,
+            Some(-32600),
+        ),
+        (
+            "101 header fields",
+            path.clone(),
+            [vec![auth.clone()], many_headers].concat(),
+            call.clone().into_bytes(),
+            431,
+            Some(-32600),
+        ),
+        (
+            "17 KiB of header fields",
+            path.clone(),
+            [vec![auth.clone()], long_header].concat(),
+            call.clone().into_bytes(),
+            431,
+            Some(-32600),
+        ),
+        (
+            "a 9 KiB request target",
+            format!("{path}?q={}", "a".repeat(9 * 1024)),
+            vec![auth.clone()],
+            call.clone().into_bytes(),
+            414,
+            Some(-32600),
+        ),
+        (
+            "two Authorization headers",
+            path.clone(),
+            vec![auth.clone(), auth.clone()],
+            call.clone().into_bytes(),
+            401,
+            Some(-32001),
+        ),
+        (
+            "two different Content-Length headers",
+            path.clone(),
+            vec![
+                auth.clone(),
+                len(call.as_bytes()),
+                "content-length: 3".into(),
+            ],
+            call.clone().into_bytes(),
+            400,
+            None,
+        ),
+        (
+            "CR in a header value",
+            path.clone(),
+            vec![auth.clone(), "x-a: a\rb".into()],
+            call.clone().into_bytes(),
+            400,
+            None,
+        ),
+        (
+            "NUL in a header value",
+            path.clone(),
+            vec![auth.clone(), "x-a: a\0b".into()],
+            call.clone().into_bytes(),
+            400,
+            None,
+        ),
+        (
+            "a percent-encoded dot segment",
+            format!("{path}/%2e%2e/admin"),
+            vec![auth.clone()],
+            call.clone().into_bytes(),
+            400,
+            Some(-32600),
+        ),
+        (
+            "a dot-dot sub-path",
+            format!("{path}/a/../../b"),
+            vec![auth.clone()],
+            call.clone().into_bytes(),
+            400,
+            Some(-32600),
+        ),
+        (
+            "an encoded dot-dot address",
+            "/c/%2e%2e/".to_string(),
+            vec![auth.clone()],
+            call.clone().into_bytes(),
+            404,
+            Some(-32004),
+        ),
+        (
+            "a double slash before the address",
+            format!("/{path}"),
+            vec![auth.clone()],
+            call.clone().into_bytes(),
+            404,
+            Some(-32004),
+        ),
+    ];
+    for (what, target, headers, body, status, code) in cases {
+        let mut headers = headers;
+        if !headers
+            .iter()
+            .any(|h| h.starts_with("content-length") || h.starts_with("transfer-encoding"))
+        {
+            headers.push(len(&body));
+        }
+        let got = raw(&p, "POST", &target, &headers, &body).await;
+        assert!(!got.is_empty(), "{what}: no answer");
+        assert_eq!(answer(&got), (status, code), "{what}: {got:.300}");
+    }
+    assert!(
+        up.seen().is_empty(),
+        "a hostile request reached the upstream: {:?}",
+        up.seen()
+    );
+
+    // Two equal Content-Length headers are one length (RFC 9112 §6.3; hyper
+    // folds them before tessera sees the request), and tessera frames the
+    // body it forwards itself: the upstream gets one request, one length.
+    let got = raw(
+        &p,
+        "POST",
+        &path,
+        &[
+            auth.clone(),
+            json.clone(),
+            len(call.as_bytes()),
+            len(call.as_bytes()),
+        ],
+        call.as_bytes(),
+    )
+    .await;
+    assert_eq!(answer(&got).0, 200, "{got}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].headers.get_all("content-length").iter().count(), 1);
+    assert_eq!(seen[0].body, call.as_bytes());
+
+    // Transfer-Encoding with Content-Length (the classic smuggling shape):
+    // the body is read by Transfer-Encoding alone (RFC 9112 §6.1; hyper
+    // drops the length), and what reaches the upstream is that one body,
+    // framed by tessera with its own length. The smuggled tail never
+    // becomes a second request.
+    let chunked = format!("{:x}\r\n{call}\r\n0\r\n\r\n", call.len());
+    let smuggled = "POST /admin HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n";
+    let got = raw(
+        &p,
+        "POST",
+        &path,
+        &[
+            auth.clone(),
+            json.clone(),
+            "content-length: 4".into(),
+            "transfer-encoding: chunked".into(),
+        ],
+        format!("{chunked}{smuggled}").as_bytes(),
+    )
+    .await;
+    assert_eq!(answer(&got).0, 200, "{got}");
+    assert_eq!(got.matches("HTTP/1.1").count(), 1, "a second answer: {got}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 2, "the smuggled request reached the upstream");
+    assert_eq!(seen[1].body, call.as_bytes());
+    assert_eq!(
+        seen[1].headers["content-length"],
+        call.len().to_string().as_str()
+    );
+    assert!(seen[1].headers.get("transfer-encoding").is_none());
+}
+
+#[tokio::test]
+async fn slow_heads_are_cut_off_and_slow_bodies_get_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::start().await;
+    let p = Proxy::start_with(Proxy::dir(), |c| {
+        c.limits.header_timeout = Duration::from_millis(300);
+        c.limits.body_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let path = a.url.strip_prefix(&p.base()).unwrap().to_string();
+
+    // Half a head, then nothing: the connection is closed (hyper answers
+    // nothing to a head it never finished reading).
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(format!("POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "a stalled head kept its connection open");
+
+    // A whole head, a body that stops short: 408 with a JSON-RPC body.
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {}\r\ncontent-length: 100\r\n\r\n{{\"jsonrpc\"",
+            a.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("no answer to a stalled body")
+        .unwrap();
+    let got = String::from_utf8_lossy(&out);
+    assert_eq!(answer(&got), (408, Some(-32600)), "{got}");
+    assert!(up.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_caller_over_its_in_flight_limit_gets_429_until_one_ends() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with(Proxy::dir(), |c| {
+        c.limits.caller.max_in_flight = 2;
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/hang"), "agent").await;
+    // Two requests the upstream never answers stay in flight.
+    let hung: Vec<_> = (0..2)
+        .map(|i| {
+            let (url, token) = (a.url.clone(), a.token.clone());
+            tokio::spawn(async move {
+                client()
+                    .post(url)
+                    .bearer_auth(token)
+                    .body(tools_call(i, "t"))
+                    .send()
+                    .await
+            })
+        })
+        .collect();
+    let caller = || {
+        p.state
+            .snapshot
+            .load()
+            .callers
+            .values()
+            .next()
+            .unwrap()
+            .clone()
+    };
+    within(Duration::from_secs(5), || async {
+        caller().usage.in_flight() == 2
+    })
+    .await;
+    let r = send_call(&a, 3).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        v["id"],
+        serde_json::Value::Null,
+        "refused before the body was read"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many requests"),
+        "{v}"
+    );
+    assert_eq!(
+        up.seen().len(),
+        2,
+        "the refused request reached the upstream"
+    );
+    // One caller gone: its slot is free again.
+    hung[0].abort();
+    within(Duration::from_secs(5), || async {
+        caller().usage.in_flight() == 1
+    })
+    .await;
+    let r = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .body(tools_call(4, "t"));
+    let _third = tokio::spawn(r.send());
+    within(Duration::from_secs(5), || async { up.seen().len() == 3 }).await;
+}
+
+#[tokio::test]
+async fn a_caller_over_its_rate_gets_429_with_retry_after() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with(Proxy::dir(), |c| {
+        c.limits.caller.rate = 0.5;
+        c.limits.caller.burst = 3;
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let other = p.agent("gh", &up.url("/mcp"), "other").await;
+    for i in 0..3 {
+        let (s, _) = post_json(&a, tools_call(i, "t")).await;
+        assert_eq!(s, 200);
+    }
+    let r = send_call(&a, 9).await;
+    assert_eq!(r.status(), 429);
+    // 0.5 per second: the next token in 2 s.
+    assert_eq!(r.headers()["retry-after"], "2");
+    assert_eq!(up.seen().len(), 3);
+    // Another caller has a bucket of its own.
+    let (s, _) = post_json(&other, tools_call(1, "t")).await;
+    assert_eq!(s, 200);
+}
+
+#[tokio::test]
+async fn failed_authentication_is_throttled_but_the_real_caller_gets_through() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let wrong = || {
+        client()
+            .post(&a.url)
+            .bearer_auth("tsr_not-the-token")
+            .body(tools_call(1, "t"))
+            .send()
+    };
+    // Ten free failures, the eleventh starts a back-off: 401 so far.
+    for _ in 0..11 {
+        assert_eq!(wrong().await.unwrap().status(), 401);
+    }
+    // Inside the back-off: 429 with Retry-After, no challenge.
+    let r = wrong().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "2");
+    assert!(r.headers().get("www-authenticate").is_none());
+    // The real caller, on the same address from the same source, is served.
+    let (s, _) = post_json(&a, tools_call(2, "t")).await;
+    assert_eq!(s, 200);
+    assert_eq!(up.seen().len(), 1);
+    let api = crate::admin_api::admin_api(&p).await;
+    let token = crate::admin_api::admin_token(&p, "ops");
+    let metrics = crate::admin_api::metrics_text(&api, &token).await;
+    for line in [
+        "tessera_refusals_total{reason=\"unauthenticated\"} 11",
+        "tessera_refusals_total{reason=\"auth_throttled\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line} in\n{metrics}"
+        );
+    }
+}
