@@ -22,6 +22,9 @@ pub struct Metered<B> {
     inner: B,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     _stream: Option<crate::metrics::StreamGuard>,
+    /// An event stream ends cleanly when this fires (shutdown: see
+    /// [`crate::server::run`]), rather than being cut at the grace period.
+    drain: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
     /// The caller's in-flight slot, released when the body is dropped.
     _admitted: crate::limits::Admitted,
 }
@@ -32,10 +35,14 @@ impl<B> Metered<B> {
         metrics: &std::sync::Arc<crate::metrics::Metrics>,
         event_stream: bool,
         admitted: crate::limits::Admitted,
+        drain: &std::sync::Arc<tokio::sync::Notify>,
     ) -> Self {
         Metered {
             inner,
             _admitted: admitted,
+            // Created now, so a drain signalled before the first poll
+            // still ends the stream.
+            drain: event_stream.then(|| Box::pin(drain.clone().notified_owned())),
             _stream: event_stream.then(|| metrics.stream_opened()),
             metrics: metrics.clone(),
         }
@@ -53,6 +60,15 @@ where
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        use std::future::Future;
+        if let Some(d) = &mut self.drain {
+            if d.as_mut().poll(cx).is_ready() {
+                // The end of the body: the chunked terminator, so the
+                // client sees a finished stream and reconnects.
+                self.drain = None;
+                return std::task::Poll::Ready(None);
+            }
+        }
         let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
         if let std::task::Poll::Ready(Some(Ok(f))) = &polled {
             if let Some(d) = f.data_ref() {

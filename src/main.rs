@@ -83,7 +83,7 @@ impl Place {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the data plane.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Upstream MCP servers and their credentials.
     #[command(subcommand)]
     Credential(CredentialCmd),
@@ -256,6 +256,11 @@ struct ServeArgs {
     /// closed): the slow-headers defence.
     #[arg(long, env = "TESSERA_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     header_timeout_ms: u64,
+    /// On SIGTERM (or Ctrl-C): how long requests in flight may take to
+    /// finish, after event streams were ended and new connections refused.
+    /// A second signal exits at once.
+    #[arg(long, env = "TESSERA_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
     /// A request body not complete within this is refused (408).
     #[arg(long, env = "TESSERA_BODY_TIMEOUT_MS", default_value_t = 30_000)]
     body_timeout_ms: u64,
@@ -583,20 +588,18 @@ fn main() {
     }
     // One worker means one thread: a current-thread runtime runs every
     // connection on the main thread with no hand-off between threads.
-    let mut rt = match &cli.cmd {
-        Cmd::Serve(ServeArgs {
-            worker_threads: Some(1),
-            ..
-        }) => tokio::runtime::Builder::new_current_thread(),
-        Cmd::Serve(ServeArgs {
-            worker_threads: Some(n),
-            ..
-        }) => {
+    let workers = match &cli.cmd {
+        Cmd::Serve(a) => a.worker_threads,
+        _ => None,
+    };
+    let mut rt = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(usize::from(*n));
+            b.worker_threads(usize::from(n));
             b
         }
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        None => tokio::runtime::Builder::new_multi_thread(),
     };
     let rt = rt.enable_all().build().expect("building the tokio runtime");
     if let Err(e) = rt.block_on(dispatch(cli)) {
@@ -630,7 +633,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         json: cli.json,
     };
     match cli.cmd {
-        Cmd::Serve(a) => serve(&at, a).await,
+        Cmd::Serve(a) => serve(&at, *a).await,
         Cmd::Credential(c) => credential(&at, c).await,
         Cmd::Caller(c) => caller(&at, c).await,
         Cmd::Connection(c) => connection(&at, c).await,
@@ -1048,11 +1051,20 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
     tracing::info!(listen = %listener.local_addr()?, public_url = %cfg.public_url, "tessera serving");
     // Start-up lines are shown at once, not a second later.
     log.flush();
+    let stopping = async {
+        shutdown_signal().await;
+        // A second signal while draining: exit now.
+        tokio::spawn(async {
+            shutdown_signal().await;
+            tracing::warn!("second signal: exiting without waiting for requests in flight");
+            std::process::exit(1);
+        });
+    };
     tessera::server::run(
         listener,
         state.clone(),
-        shutdown_signal(),
-        Duration::from_secs(5),
+        stopping,
+        Duration::from_millis(a.shutdown_grace_ms),
     )
     .await;
     drop(stop_admin);

@@ -329,7 +329,13 @@ async fn proxy(
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     // The caller's request counts as in flight until this body ends.
-    let body = Metered::new(redactor.body(body), &state.metrics, event_stream, admitted);
+    let body = Metered::new(
+        redactor.body(body),
+        &state.metrics,
+        event_stream,
+        admitted,
+        &state.draining,
+    );
     let body = match tool_filter {
         None => body.boxed(),
         Some(f) => {

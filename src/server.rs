@@ -41,6 +41,8 @@ pub struct State {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Failed authentication by source and by address.
     pub auth_throttle: crate::limits::AuthThrottle,
+    /// Notified once at shutdown: open event streams end cleanly.
+    pub draining: Arc<tokio::sync::Notify>,
     /// The public URL's host, lowercase, for the Host check.
     public_host: String,
     /// The store's policy epoch (`tessera policy reload`).
@@ -94,6 +96,7 @@ impl State {
             key,
             metrics: Arc::default(),
             auth_throttle: crate::limits::AuthThrottle::default(),
+            draining: Arc::default(),
             snapshot: shared,
             public_host,
             policy_epoch: epoch_rx,
@@ -197,7 +200,9 @@ fn is_loopback_name(name: &str) -> bool {
 }
 
 /// Serve the data plane on `listener` until `shutdown` resolves, then stop
-/// accepting and give open requests `grace` to finish.
+/// accepting, end open event streams cleanly (a client reconnects, to
+/// another replica if there is one), and give requests in flight `grace`
+/// to finish; what is left then is cut.
 pub async fn run(
     listener: TcpListener,
     state: Arc<State>,
@@ -250,6 +255,8 @@ pub async fn run(
             }
         });
     }
+    drop(listener);
+    state.draining.notify_waiters();
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()

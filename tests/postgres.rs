@@ -41,6 +41,8 @@ mod refusals;
 mod replicas;
 #[path = "it/rmcp_peers.rs"]
 mod rmcp_peers;
+#[path = "it/shutdown.rs"]
+mod shutdown;
 #[path = "it/sse.rs"]
 mod sse;
 #[path = "it/support.rs"]

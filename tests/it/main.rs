@@ -18,6 +18,7 @@ mod pool;
 mod redaction;
 mod refusals;
 mod rmcp_peers;
+mod shutdown;
 mod sse;
 mod support;
 mod tool_list;

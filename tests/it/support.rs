@@ -44,6 +44,7 @@ pub struct Seen {
 ///   `Set-Cookie`, `WWW-Authenticate` and `Mcp-Session-Id` headers;
 /// - `/deny`: 401 with a `WWW-Authenticate` challenge;
 /// - `/hang`: never answers;
+/// - `/slow`: answers a JSON result after 300 ms (a request in flight);
 /// - `/redirect`: a 302 to another origin;
 /// - `/redirect-home`: a 302 to a relative `/c/…` (which the caller would
 ///   resolve against tessera);
@@ -192,6 +193,14 @@ async fn answer(
             )
             .body(full("nope".into())),
         "/hang" => std::future::pending().await,
+        "/slow" => {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(full(
+                    r#"{"jsonrpc":"2.0","id":1,"result":{"slow":true}}"#.into(),
+                ))
+        }
         "/close" => Response::builder()
             .header("connection", "close")
             .header("content-type", "application/json")
