@@ -49,6 +49,8 @@ mod sse;
 mod support;
 #[path = "it/tool_list.rs"]
 mod tool_list;
+#[path = "it/upstream_faults.rs"]
+mod upstream_faults;
 
 /// This list names tests/it/main.rs's modules and `replicas` (several
 /// serving processes over one database: Postgres only), so neither leg

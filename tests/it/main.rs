@@ -22,3 +22,4 @@ mod shutdown;
 mod sse;
 mod support;
 mod tool_list;
+mod upstream_faults;
