@@ -101,7 +101,7 @@ async fn broken_upstreams_get_documented_answers_and_leave_nothing_behind() {
             .await
             .unwrap();
         // An abortive close: RST, mid-body.
-        s.set_linger(Some(Duration::ZERO)).unwrap();
+        s.set_zero_linger().unwrap();
         drop(s);
         None
     })
