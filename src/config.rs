@@ -32,6 +32,14 @@ pub enum ConfigError {
     AuthorizerFailure(String),
     #[error("--caller-rate {0} must be a number of requests per second, 0 or more")]
     Rate(String),
+    #[error("--upstream-roots {0:?}: use webpki (the Mozilla roots built in) or platform (the system's store)")]
+    Roots(String),
+    #[error(
+        "--upstream-roots platform: no certificate could be read from the system's store ({0})"
+    )]
+    NoPlatformRoots(String),
+    #[error("--upstream-ca-file {0}: {1}")]
+    CaFile(String, String),
 }
 
 /// Limits on one request and on one caller's use (see [`crate::limits`]).
@@ -90,6 +98,9 @@ pub struct ServeConfig {
     /// (`--allow-private-upstreams`; see [`crate::egress`]).
     pub egress: crate::egress::Egress,
     pub limits: RequestLimits,
+    /// The certificate authorities upstream TLS trusts (`--upstream-roots`
+    /// and `--upstream-ca-file`).
+    pub upstream_roots: std::sync::Arc<rustls::RootCertStore>,
     pub connect_timeout: Duration,
     /// How long to wait for an upstream's response headers (504 after).
     pub upstream_timeout: Duration,
@@ -118,6 +129,8 @@ pub struct RawServe {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub allow_private_upstreams: bool,
+    pub upstream_roots: String,
+    pub upstream_ca_file: Option<String>,
     pub max_headers: usize,
     pub max_header_bytes: usize,
     pub max_uri_bytes: usize,
@@ -175,6 +188,46 @@ fn parse_origin(s: &str) -> Result<String, ConfigError> {
         return Err(err());
     }
     Ok(u.origin().ascii_serialization())
+}
+
+/// The roots upstream TLS trusts: the built-in Mozilla set (`webpki`) or
+/// the system's store (`platform`), plus every certificate of `ca_file`
+/// (PEM), for upstreams behind a private CA.
+fn upstream_roots(
+    which: &str,
+    ca_file: Option<&str>,
+) -> Result<rustls::RootCertStore, ConfigError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match which {
+        "webpki" => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        "platform" => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found
+                    .errors
+                    .first()
+                    .map_or("none found".to_string(), |e| e.to_string());
+                return Err(ConfigError::NoPlatformRoots(why));
+            }
+        }
+        other => return Err(ConfigError::Roots(other.to_string())),
+    }
+    if let Some(path) = ca_file {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let bad = |why: String| ConfigError::CaFile(path.to_string(), why);
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(bad("no PEM certificate in it".into()));
+        }
+        for c in certs {
+            roots.add(c).map_err(|e| bad(e.to_string()))?;
+        }
+    }
+    Ok(roots)
 }
 
 /// Build the validated config.
@@ -254,6 +307,10 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
             allow_private: raw.allow_private_upstreams,
         },
         limits,
+        upstream_roots: std::sync::Arc::new(upstream_roots(
+            &raw.upstream_roots,
+            raw.upstream_ca_file.as_deref(),
+        )?),
         connect_timeout: ms(raw.connect_timeout_ms, "--connect-timeout-ms")?,
         upstream_timeout: ms(raw.upstream_timeout_ms, "--upstream-timeout-ms")?,
         idle_timeout: ms(raw.idle_timeout_ms, "--idle-timeout-ms")?,
@@ -287,6 +344,8 @@ impl RawServe {
             allowed_origins: vec![],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             allow_private_upstreams: false,
+            upstream_roots: "webpki".into(),
+            upstream_ca_file: None,
             max_headers: DEFAULT_MAX_HEADERS,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_uri_bytes: DEFAULT_MAX_URI_BYTES,

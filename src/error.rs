@@ -80,6 +80,13 @@ pub enum ProxyError {
     /// address itself goes to the log, not to the caller.
     #[error("tessera will not connect to the upstream of credential {credential:?}: it is an internal address or plain http://, which this tessera does not allow (--allow-private-upstreams); ask the admin")]
     UpstreamForbidden { credential: String },
+    /// The upstream's TLS could not be trusted or negotiated.
+    #[error("TLS to {host}, the upstream of credential {credential:?}, failed: {why}; ask the admin (a private certificate authority goes in --upstream-ca-file)")]
+    UpstreamTls {
+        credential: String,
+        host: String,
+        why: String,
+    },
     #[error(
         "upstream timeout for credential {credential:?}: the MCP server did not answer in time"
     )]
@@ -151,6 +158,7 @@ impl ProxyError {
             ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
+            | UpstreamTls { .. }
             | CredentialRejected { .. }
             | UpstreamProtocol { .. }
             | ToolsList { .. }
@@ -175,6 +183,7 @@ impl ProxyError {
             NotFound => -32004,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
+            | UpstreamTls { .. }
             | UpstreamProtocol { .. }
             | CredentialRejected { .. }
             | ToolsList { .. }
@@ -209,6 +218,7 @@ impl ProxyError {
             TooMany(self::TooMany::FailedAuth, _) => "auth_throttled",
             UpstreamUnreachable { .. } => "upstream_unreachable",
             UpstreamForbidden { .. } => "upstream_forbidden",
+            UpstreamTls { .. } => "upstream_tls",
             UpstreamTimeout { .. } => "upstream_timeout",
             CredentialRejected { .. } => "credential_rejected",
             UpstreamProtocol { .. } => "upstream_protocol",

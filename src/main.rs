@@ -300,6 +300,14 @@ struct ServeArgs {
     audit_arguments: bool,
     #[command(flatten)]
     egress: EgressArgs,
+    /// The certificate authorities upstream TLS trusts: webpki (the Mozilla
+    /// roots built in) or platform (the system's store).
+    #[arg(long, env = "TESSERA_UPSTREAM_ROOTS", default_value = "webpki")]
+    upstream_roots: String,
+    /// A PEM bundle of certificate authorities trusted for upstream TLS
+    /// besides --upstream-roots (a private CA).
+    #[arg(long, env = "TESSERA_UPSTREAM_CA_FILE")]
+    upstream_ca_file: Option<String>,
     /// Audit records queued for the writer before requests wait for room.
     #[arg(long, env = "TESSERA_AUDIT_QUEUE", default_value_t = config::DEFAULT_AUDIT_QUEUE)]
     audit_queue: usize,
@@ -1117,6 +1125,8 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         allowed_origins: a.allowed_origins.clone(),
         max_body_bytes: a.max_body_bytes,
         allow_private_upstreams: a.egress.allow_private_upstreams,
+        upstream_roots: a.upstream_roots.clone(),
+        upstream_ca_file: a.upstream_ca_file.clone(),
         max_headers: a.max_headers,
         max_header_bytes: a.max_header_bytes,
         max_uri_bytes: a.max_uri_bytes,

@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 25] = [
+pub const REASONS: [&str; 26] = [
     "method",
     "not_found",
     "origin",
@@ -55,6 +55,7 @@ pub const REASONS: [&str; 25] = [
     "auth_throttled",
     "upstream_unreachable",
     "upstream_forbidden",
+    "upstream_tls",
     "upstream_timeout",
     "credential_rejected",
     "upstream_protocol",

@@ -110,6 +110,27 @@ pub enum SendError {
     Http(BoxError),
 }
 
+/// The TLS failure somewhere in a connect error's causes (an untrusted or
+/// expired certificate, a name mismatch, a failed handshake), if that is
+/// what it was.
+pub fn tls_failure<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        // An io::Error's source() skips the error it wraps: descend into it.
+        cur = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
+}
+
 /// Where connections go: scheme and authority.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Origin {

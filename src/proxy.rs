@@ -382,27 +382,44 @@ fn check_shape(
     Ok(())
 }
 
-/// Send on the pooled client within the upstream timeout.
+/// Send on the pooled client within the upstream timeout. `credential` and
+/// the host name the upstream in an error (copied only then).
 async fn send(
     state: &State,
     req: Request<Bytes>,
     credential: &str,
 ) -> Result<Response<crate::forward::UpstreamBody>, ProxyError> {
-    let credential = credential.to_string();
+    // A reference-counted copy, not an allocation.
+    let authority = req.uri().authority().cloned();
     let sent = Instant::now();
     let resp = tokio::time::timeout(state.config.upstream_timeout, state.client.send(req)).await;
     state.metrics.upstream_latency(sent.elapsed());
+    let credential = || credential.to_string();
     match resp {
-        Err(_) => Err(ProxyError::UpstreamTimeout { credential }),
-        Ok(Err(SendError::Connect(e))) => match crate::egress::refusal_in(&*e) {
-            Some(refused) => {
-                tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
-                Err(ProxyError::UpstreamForbidden { credential })
-            }
-            None => Err(ProxyError::UpstreamUnreachable { credential }),
-        },
-        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol { credential }),
         Ok(Ok(resp)) => Ok(resp),
+        Err(_) => Err(ProxyError::UpstreamTimeout {
+            credential: credential(),
+        }),
+        Ok(Err(SendError::Connect(e))) => {
+            if let Some(refused) = crate::egress::refusal_in(&*e) {
+                let credential = credential();
+                tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
+                return Err(ProxyError::UpstreamForbidden { credential });
+            }
+            if let Some(tls) = crate::pool::tls_failure(&*e) {
+                return Err(ProxyError::UpstreamTls {
+                    credential: credential(),
+                    host: authority.as_ref().map_or("", |a| a.host()).to_string(),
+                    why: tls.to_string(),
+                });
+            }
+            Err(ProxyError::UpstreamUnreachable {
+                credential: credential(),
+            })
+        }
+        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol {
+            credential: credential(),
+        }),
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use crate::audit::Audit;
 use crate::config::ServeConfig;
 use crate::error::ProxyError;
-use crate::forward::{client, UpstreamClient};
+use crate::forward::UpstreamClient;
 use crate::policy::{CedarAuthorizer, Policies};
 use crate::secrets::MasterKey;
 use crate::snapshot::{refresh_loop, Refresh, SharedSnapshot, Snapshot};
@@ -85,7 +85,12 @@ impl State {
             .unwrap_or_default()
             .to_ascii_lowercase();
         let state = State {
-            client: client(config.connect_timeout, config.idle_timeout, config.egress),
+            client: crate::forward::client_with_roots(
+                config.connect_timeout,
+                config.idle_timeout,
+                config.egress,
+                (*config.upstream_roots).clone(),
+            ),
             authorizer,
             audit,
             external: config

@@ -115,58 +115,17 @@ async fn https_upstreams_on_http1_reuse_one_connection() {
 }
 
 async fn https_requests_reuse_one_connection(alpn: &[&[u8]], version: http::Version) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::atomic::Ordering;
 
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use http_body_util::BodyExt;
 
-    let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let cert = made.cert.der().clone();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
-    let mut tls = rustls::ServerConfig::builder_with_provider(
-        rustls::crypto::ring::default_provider().into(),
-    )
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![cert.clone()], key)
-    .unwrap();
-    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (acc, s) = (accepted.clone(), seen.clone());
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            acc.fetch_add(1, Ordering::SeqCst);
-            let (acceptor, s) = (acceptor.clone(), s.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let svc = hyper::service::service_fn(move |req: http::Request<_>| {
-                    s.lock().unwrap().push((
-                        req.version(),
-                        req.uri().to_string(),
-                        req.headers().get("authorization").cloned(),
-                    ));
-                    async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from("ok"),
-                        )))
-                    }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
-            });
-        }
-    });
-
+    let up = TlsUpstream::start(alpn).await;
+    let (port, cert, accepted, seen) = (
+        up.port,
+        up.cert.clone(),
+        up.accepted.clone(),
+        up.seen.clone(),
+    );
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let c = tessera::forward::client_with_roots(

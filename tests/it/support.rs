@@ -906,3 +906,71 @@ pub async fn raw_request(addr: SocketAddr, req: &[u8]) -> String {
     writing.abort();
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// What a [`TlsUpstream`] records of a request: version, target and
+/// `Authorization`.
+pub type TlsSeen = (http::Version, String, Option<http::HeaderValue>);
+
+/// An HTTPS upstream on 127.0.0.1 with a self-signed certificate for
+/// `localhost`, offering `alpn`: it answers "ok" and records each request's
+/// version, target and `Authorization`.
+pub struct TlsUpstream {
+    pub port: u16,
+    pub cert: rustls::pki_types::CertificateDer<'static>,
+    /// TCP connections accepted.
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
+    pub seen: Arc<Mutex<Vec<TlsSeen>>>,
+}
+
+impl TlsUpstream {
+    pub async fn start(alpn: &[&[u8]]) -> TlsUpstream {
+        use std::sync::atomic::Ordering;
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let cert = made.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+        let mut tls = rustls::ServerConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (acc, s) = (accepted.clone(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                acc.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, s) = (acceptor.clone(), s.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        s.lock().unwrap().push((
+                            req.version(),
+                            req.uri().to_string(),
+                            req.headers().get("authorization").cloned(),
+                        ));
+                        async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok")))) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        TlsUpstream {
+            port,
+            cert,
+            accepted,
+            seen,
+        }
+    }
+}

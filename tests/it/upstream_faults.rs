@@ -248,3 +248,66 @@ async fn broken_upstreams_get_documented_answers_and_leave_nothing_behind() {
     // Nothing idle is kept from any of them: none ended cleanly.
     assert_eq!(p.state.client.idle_connections(), 0);
 }
+
+#[tokio::test]
+async fn an_untrusted_upstream_certificate_is_a_502_naming_the_host_until_its_ca_is_configured() {
+    use base64::Engine;
+    let up = TlsUpstream::start(&[b"http/1.1"]).await;
+    let url = format!("https://localhost:{}/mcp", up.port);
+
+    // The built-in roots do not know the upstream's self-signed CA.
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("private", &url, "agent").await;
+    let (s, v) = post_json(&a, tools_call(1, "t")).await;
+    assert_eq!(s, 502, "{v}");
+    assert_eq!(v["error"]["code"], -32010);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("TLS to localhost")
+            && msg.contains("certificate")
+            && msg.contains("--upstream-ca-file"),
+        "{msg}"
+    );
+    assert_eq!(up.seen.lock().unwrap().len(), 0);
+
+    // --upstream-ca-file with the CA's PEM: trusted.
+    let dir = tempfile::tempdir().unwrap();
+    let pem_path = dir.path().join("ca.pem");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(up.cert.as_ref());
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    std::fs::write(
+        &pem_path,
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            lines.join("\n")
+        ),
+    )
+    .unwrap();
+    let settings = |file: &str| {
+        let mut raw = tessera::config::RawServe::defaults("127.0.0.1:0".parse().unwrap());
+        raw.upstream_ca_file = Some(file.to_string());
+        tessera::config::parse_serve(raw)
+    };
+    let roots = settings(pem_path.to_str().unwrap()).unwrap().upstream_roots;
+    let p = Proxy::start_with(Proxy::dir(), |c| c.upstream_roots = roots).await;
+    let a = p.agent("private", &url, "agent").await;
+    let r = send_call(&a, 2).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "ok");
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].2.as_ref().unwrap(), &format!("Bearer {SECRET}"));
+
+    // A file that holds no certificate is refused at start, naming it.
+    std::fs::write(dir.path().join("junk.pem"), "not a certificate").unwrap();
+    let junk = dir.path().join("junk.pem");
+    let e = settings(junk.to_str().unwrap()).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--upstream-ca-file") && e.contains("junk.pem"),
+        "{e}"
+    );
+}
