@@ -46,6 +46,8 @@ pub mod error;
 pub mod ext_authz;
 pub mod filter;
 pub mod forward;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod h1;
 pub mod jsonrpc;
 pub mod limits;

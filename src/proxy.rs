@@ -316,14 +316,16 @@ async fn proxy(
     }
     let (mut parts, body) = resp.into_parts();
     filter_response_headers(&mut parts.headers);
+    // The secret injected on this request never comes back, in headers or
+    // body, whatever the upstream echoes.
+    redactor.headers(&mut parts.headers);
+    // Locations are judged as the caller will get them: after redaction
+    // (found by fuzzing: a redacted host could no longer be parsed).
     if parts.headers.contains_key(header::LOCATION)
         || parts.headers.contains_key(header::CONTENT_LOCATION)
     {
         drop_locations_into_tessera(&mut parts.headers, |h| state.is_own_host(h));
     }
-    // The secret injected on this request never comes back, in headers or
-    // body, whatever the upstream echoes.
-    redactor.headers(&mut parts.headers);
     let event_stream = parts
         .headers
         .get(header::CONTENT_TYPE)

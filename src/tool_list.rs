@@ -371,6 +371,55 @@ where
     }
 }
 
+/// For the SSE fuzz target ([`crate::fuzzing::sse`]): split `data` into
+/// events as the body does and rewrite each with a filter that lists no
+/// tool (an empty snapshot). Every event found is a non-empty prefix, and
+/// every rewritten event is again exactly one complete event.
+#[doc(hidden)]
+pub fn fuzz_events(data: &[u8]) {
+    use std::sync::OnceLock;
+    type Parts = (Arc<CedarAuthorizer>, Arc<Snapshot>, Arc<Caller>);
+    static PARTS: OnceLock<Parts> = OnceLock::new();
+    let (authorizer, snapshot, caller) = PARTS.get_or_init(|| {
+        let snapshot = Snapshot {
+            revision: 0,
+            callers: Default::default(),
+            connections: Default::default(),
+            entities: cedar_policy::Entities::empty(),
+        };
+        let caller = Caller {
+            id: 1,
+            name: "fuzz".into(),
+            groups: vec![],
+            usage: Default::default(),
+        };
+        (
+            Arc::new(CedarAuthorizer::new(crate::policy::Policies::builtin())),
+            Arc::new(snapshot),
+            Arc::new(caller),
+        )
+    });
+    let mut f = ToolFilter::new(
+        authorizer.clone(),
+        snapshot.clone(),
+        caller.clone(),
+        "fuzz",
+        None,
+        None,
+        1 << 20,
+        usize::MAX,
+    );
+    let mut rest = data;
+    while let Some(end) = event_end(rest) {
+        assert!(end > 0 && end <= rest.len());
+        let (event, tail) = rest.split_at(end);
+        if let Ok(Some(out)) = rewrite_event(event, &mut f) {
+            assert_eq!(event_end(&out), Some(out.len()), "{out:?}");
+        }
+        rest = tail;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

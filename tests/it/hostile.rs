@@ -206,6 +206,14 @@ async fn malformed_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
             Some(-32600),
         ),
         (
+            "a '#' after a dot-dot segment",
+            format!("{path}/..#x"),
+            vec![auth.clone()],
+            call.clone().into_bytes(),
+            400,
+            Some(-32600),
+        ),
+        (
             "an encoded dot-dot address",
             "/c/%2e%2e/".to_string(),
             vec![auth.clone()],
