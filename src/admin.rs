@@ -45,23 +45,17 @@ pub enum AdminError {
 /// the admin API, `cli` for the command line.
 pub const CLI: &str = "cli";
 
-/// Record an admin action and its outcome in `admin_audit`, then hand the
-/// outcome back. A record that cannot be written fails the call, so no
+/// Record how an admin action done on `store` (a [`Store::acting`]
+/// handle) ended, then hand the outcome back. A success was recorded in
+/// the transaction that made the change; a failure, which changed nothing,
+/// is recorded now. A record that cannot be written fails the call, so no
 /// action done through the service layer goes unrecorded unnoticed.
-pub async fn audited<T>(
-    store: &Store,
-    actor: &str,
-    action: &str,
-    target: &str,
-    outcome: Result<T, AdminError>,
-) -> Result<T, AdminError> {
+pub async fn audited<T>(store: &Store, outcome: Result<T, AdminError>) -> Result<T, AdminError> {
     let said = match &outcome {
         Ok(_) => "ok".to_string(),
         Err(e) => e.to_string(),
     };
-    store
-        .insert_admin_audit(actor, action, target, &said)
-        .await?;
+    store.record_action(&said).await?;
     outcome
 }
 

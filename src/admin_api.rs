@@ -376,8 +376,9 @@ async fn add_credential(
     Extension(Admin(actor)): Extension<Admin>,
     Body(c): Body<NewCredential>,
 ) -> ApiResult<(StatusCode, Json<CredentialView>)> {
-    let done = add_credential_with(&s, &c).await;
-    admin::audited(&s.store, &actor, "credential.add", &c.name, done).await?;
+    let acting = s.store.acting(&actor, "credential.add", &c.name);
+    let done = add_credential_with(&s, &acting, &c).await;
+    admin::audited(&acting, done).await?;
     let view = admin::credentials(&s.store)
         .await?
         .into_iter()
@@ -388,7 +389,11 @@ async fn add_credential(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminError> {
+async fn add_credential_with(
+    s: &State,
+    store: &crate::store::Store,
+    c: &NewCredential,
+) -> Result<(), AdminError> {
     let key = s.master_key();
     let oauth_fields = c.token_url.is_some()
         || c.client_id.is_some()
@@ -423,7 +428,7 @@ async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminEr
             client_secret: c.secret.clone(),
             refresh_token: c.refresh_token.clone(),
         };
-        return admin::credential_add_oauth(&s.store, key, spec).await;
+        return admin::credential_add_oauth(store, key, spec).await;
     }
     let scheme: Scheme = c
         .scheme
@@ -437,7 +442,7 @@ async fn add_credential_with(s: &State, c: &NewCredential) -> Result<(), AdminEr
             "give the credential's secret in \"secret\"",
         ))?;
     admin::credential_add(
-        &s.store,
+        store,
         key,
         admin::CredentialSpec {
             name: &c.name,
@@ -463,8 +468,9 @@ async fn set_credential_secret(
     Path(name): Path<String>,
     Body(b): Body<NewSecret>,
 ) -> ApiResult<StatusCode> {
-    let done = admin::credential_set_secret(&s.store, s.master_key(), &name, b.secret).await;
-    admin::audited(&s.store, &actor, "credential.set-secret", &name, done).await?;
+    let acting = s.store.acting(&actor, "credential.set-secret", &name);
+    let done = admin::credential_set_secret(&acting, s.master_key(), &name, b.secret).await;
+    admin::audited(&acting, done).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -511,8 +517,9 @@ async fn add_caller(
     Extension(Admin(actor)): Extension<Admin>,
     Body(c): Body<NewCaller>,
 ) -> ApiResult<(StatusCode, Json<CreatedCaller>)> {
-    let done = admin::caller_add(&s.store, &c.name, &c.groups).await;
-    let token = admin::audited(&s.store, &actor, "caller.add", &c.name, done).await?;
+    let acting = s.store.acting(&actor, "caller.add", &c.name);
+    let done = admin::caller_add(&acting, &c.name, &c.groups).await;
+    let token = admin::audited(&acting, done).await?;
     let mut groups = c.groups;
     groups.sort();
     groups.dedup();
@@ -535,8 +542,9 @@ async fn revoke_caller(
     Extension(Admin(actor)): Extension<Admin>,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let done = admin::caller_revoke(&s.store, &name).await;
-    admin::audited(&s.store, &actor, "caller.revoke", &name, done).await?;
+    let acting = s.store.acting(&actor, "caller.revoke", &name);
+    let done = admin::caller_revoke(&acting, &name).await;
+    admin::audited(&acting, done).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -576,9 +584,9 @@ async fn add_connection(
     Body(c): Body<NewConnection>,
 ) -> ApiResult<(StatusCode, Json<CreatedConnection>)> {
     let target = format!("{} on {}", c.caller, c.credential);
-    let done =
-        admin::connection_add(&s.store, &s.config.public_url, &c.caller, &c.credential).await;
-    let url = admin::audited(&s.store, &actor, "connection.add", &target, done).await?;
+    let acting = s.store.acting(&actor, "connection.add", &target);
+    let done = admin::connection_add(&acting, &s.config.public_url, &c.caller, &c.credential).await;
+    let url = admin::audited(&acting, done).await?;
     let id = admin::connection_id(&url)?.to_string();
     Ok((
         StatusCode::CREATED,
@@ -599,8 +607,9 @@ async fn revoke_connection(
     Extension(Admin(actor)): Extension<Admin>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let done = admin::connection_revoke(&s.store, &id).await;
-    admin::audited(&s.store, &actor, "connection.revoke", &id, done).await?;
+    let acting = s.store.acting(&actor, "connection.revoke", &id);
+    let done = admin::connection_revoke(&acting, &id).await;
+    admin::audited(&acting, done).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -670,8 +679,9 @@ async fn grant_approval(
                 )
             })?,
     };
-    let done = admin::approval_grant(&s.store, &id, ttl, uses).await;
-    admin::audited(&s.store, &actor, "approval.grant", &id, done).await?;
+    let acting = s.store.acting(&actor, "approval.grant", &id);
+    let done = admin::approval_grant(&acting, &id, ttl, uses).await;
+    admin::audited(&acting, done).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -684,8 +694,9 @@ async fn deny_approval(
     Extension(Admin(actor)): Extension<Admin>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let done = admin::approval_deny(&s.store, &id).await;
-    admin::audited(&s.store, &actor, "approval.deny", &id, done).await?;
+    let acting = s.store.acting(&actor, "approval.deny", &id);
+    let done = admin::approval_deny(&acting, &id).await;
+    admin::audited(&acting, done).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -844,8 +855,9 @@ async fn reload_policies(
     AxState(s): AxState<Arc<State>>,
     Extension(Admin(actor)): Extension<Admin>,
 ) -> ApiResult<StatusCode> {
-    let done = s.store.bump_policies().await.map_err(AdminError::from);
-    admin::audited(&s.store, &actor, "policy.reload", "*", done).await?;
+    let acting = s.store.acting(&actor, "policy.reload", "*");
+    let done = acting.bump_policies().await.map_err(AdminError::from);
+    admin::audited(&acting, done).await?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -858,6 +870,7 @@ async fn reload_policies(
 async fn metrics(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
     let text = s.metrics.render(&crate::metrics::Gauges {
         audit_queue_depth: s.audit.queued(),
+        audit_failing: s.audit.failing(),
     });
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

@@ -5,18 +5,26 @@
 //! drains the queue in batches, each batch one transaction. Nothing is
 //! dropped: when the queue is full the request waits for room (and
 //! [`Audit::waited`] counts it), and a failed write is retried until it
-//! succeeds. Records hold names, ids, methods, the verdict and its reason,
+//! succeeds.
+//!
+//! While the database fails (an error, or no answer within the database
+//! timeout) the queue holds what cannot be written. Once it is full, new
+//! requests are refused before they are forwarded ([`Audit::has_room`]):
+//! an action the trail cannot record is not taken. Writing resumes by
+//! itself when the database answers again. A write abandoned on Postgres
+//! rolls back; only one abandoned while its commit was on the wire can
+//! land besides its retry: a record may then be written twice, never lost. Records hold names, ids, methods, the verdict and its reason,
 //! and a SHA-256 of the tool arguments (the arguments themselves only with
 //! `--audit-arguments`); never a credential or a caller token, which the
 //! request path never hands over.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::Store;
+use crate::store::{Backend, Store, StoreError};
 
 /// One decision, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -55,23 +63,48 @@ enum Item {
 pub struct Audit {
     tx: mpsc::Sender<Item>,
     waited: Arc<AtomicU64>,
+    /// Set while the writer's last attempt failed.
+    failing: Arc<AtomicBool>,
 }
 
 /// Records per transaction, at most.
 const BATCH: usize = 512;
 
 impl Audit {
-    /// Start the writer on `store` with room for `capacity` records.
-    pub fn start(store: Store, capacity: usize) -> (Audit, tokio::task::JoinHandle<()>) {
+    /// Start the writer on `store` with room for `capacity` records; a
+    /// write not done within `timeout` counts as failed and is retried.
+    pub fn start(
+        store: Store,
+        capacity: usize,
+        timeout: Duration,
+    ) -> (Audit, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let writer = tokio::spawn(write_batches(store, rx));
+        let failing = Arc::new(AtomicBool::new(false));
+        let writer = tokio::spawn(write_batches(store, rx, timeout, failing.clone()));
         (
             Audit {
                 tx,
                 waited: Arc::new(AtomicU64::new(0)),
+                failing,
             },
             writer,
         )
+    }
+
+    /// Whether a new request's records can be kept: false once the writer
+    /// fails and the queue is full (or the writer has stopped). Requests
+    /// then are refused rather than forwarded unrecorded or left waiting
+    /// for a database that may not come back soon.
+    pub fn has_room(&self) -> bool {
+        if !self.failing.load(Ordering::Relaxed) {
+            return !self.tx.is_closed();
+        }
+        self.tx.capacity() > 0
+    }
+
+    /// Whether the writer's last attempt failed.
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
     }
 
     /// Queue a record; waits only when the queue is full.
@@ -90,12 +123,12 @@ impl Audit {
         }
     }
 
-    /// Wait until every record queued so far is in the database.
-    pub async fn flush(&self) {
+    /// Wait until every record queued so far is in the database, or
+    /// `limit` has passed: false then (the records stay queued).
+    pub async fn flush(&self, limit: Duration) -> bool {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Item::Flush(tx)).await.is_ok() {
-            let _ = rx.await;
-        }
+        let flushed = async { self.tx.send(Item::Flush(tx)).await.is_ok() && rx.await.is_ok() };
+        tokio::time::timeout(limit, flushed).await.unwrap_or(false)
     }
 
     /// How many records had to wait for room in the queue.
@@ -114,7 +147,12 @@ impl Audit {
 /// and the writer shares the proxy's core.
 const LINGER: Duration = Duration::from_millis(20);
 
-async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
+async fn write_batches(
+    store: Store,
+    mut rx: mpsc::Receiver<Item>,
+    timeout: Duration,
+    failing: Arc<AtomicBool>,
+) {
     let mut items = Vec::with_capacity(BATCH);
     let mut batch = Vec::with_capacity(BATCH);
     let mut waiting = Vec::new();
@@ -142,10 +180,16 @@ async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
         }
         let mut backoff = Duration::from_millis(50);
         while !batch.is_empty() {
-            match store.insert_audit(&batch).await {
-                Ok(()) => batch.clear(),
+            match write_within(&store, &batch, timeout, &failing).await {
+                Ok(()) => {
+                    batch.clear();
+                    if failing.swap(false, Ordering::Relaxed) {
+                        tracing::warn!("the audit trail is written again");
+                    }
+                }
                 Err(e) => {
-                    tracing::error!(error = %e, records = batch.len(), "writing audit records failed; retrying");
+                    failing.store(true, Ordering::Relaxed);
+                    tracing::error!(error = %e, records = batch.len(), queued = rx.len(), "writing audit records failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -153,6 +197,31 @@ async fn write_batches(store: Store, mut rx: mpsc::Receiver<Item>) {
         }
         for done in waiting.drain(..) {
             let _ = done.send(());
+        }
+    }
+}
+
+/// Write one batch. A write not done within `timeout` marks the trail
+/// failing; on Postgres it is then abandoned (its transaction rolls back)
+/// to be retried, on SQLite it is waited for: SQLite ends it itself within
+/// its busy timeout, and an abandoned statement could still land after its
+/// retry.
+async fn write_within(
+    store: &Store,
+    batch: &[AuditRecord],
+    timeout: Duration,
+    failing: &AtomicBool,
+) -> Result<(), StoreError> {
+    let write = store.insert_audit(batch);
+    tokio::pin!(write);
+    tokio::select! {
+        r = &mut write => r,
+        () = tokio::time::sleep(timeout) => {
+            failing.store(true, Ordering::Relaxed);
+            match store.backend() {
+                Backend::Sqlite => write.await,
+                Backend::Postgres => Err(StoreError::Timeout(timeout.as_millis() as u64)),
+            }
         }
     }
 }

@@ -14,6 +14,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7470";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:7471";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
+/// The default for `--db-timeout-ms`.
+pub const DEFAULT_DB_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_AUTHORIZER_TIMEOUT_MS: u64 = 2_000;
 pub const DEFAULT_TOOLS_LIST_MAX_BYTES: usize = 4 * 1024 * 1024;
 
@@ -112,6 +114,10 @@ pub struct ServeConfig {
     pub audit_arguments: bool,
     /// Audit records that may wait for the writer before requests wait.
     pub audit_queue: usize,
+    /// The longest a database operation of the serving process may take
+    /// (approvals, the audit writer, snapshot reloads) before it counts as
+    /// failed: a database that hangs fails closed like one that refuses.
+    pub db_timeout: Duration,
     pub authorizer: Option<AuthorizerConfig>,
     /// The largest `tools/list` answer tessera parses to filter (502 above).
     pub tools_list_max_bytes: usize,
@@ -146,6 +152,7 @@ pub struct RawServe {
     pub refresh_ms: u64,
     pub audit_arguments: bool,
     pub audit_queue: usize,
+    pub db_timeout_ms: u64,
     pub authorizer_url: Option<String>,
     pub authorizer_timeout_ms: u64,
     pub authorizer_failure: String,
@@ -321,6 +328,7 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         } else {
             raw.audit_queue
         },
+        db_timeout: ms(raw.db_timeout_ms, "--db-timeout-ms")?,
         authorizer,
         tools_list_max_bytes: raw.tools_list_max_bytes,
         token_margin: Duration::from_secs(raw.token_margin_s),
@@ -361,6 +369,7 @@ impl RawServe {
             refresh_ms: 250,
             audit_arguments: false,
             audit_queue: DEFAULT_AUDIT_QUEUE,
+            db_timeout_ms: DEFAULT_DB_TIMEOUT_MS,
             authorizer_url: None,
             authorizer_timeout_ms: DEFAULT_AUTHORIZER_TIMEOUT_MS,
             authorizer_failure: "deny".into(),

@@ -276,12 +276,14 @@ async fn decide(
     let store = &c.state.store;
     let done = match decision.as_str() {
         "grant" => {
-            let r = admin::approval_grant(store, &id, "10m", 1).await;
-            admin::audited(store, &admin, "approval.grant", &id, r).await
+            let acting = store.acting(&admin, "approval.grant", &id);
+            let r = admin::approval_grant(&acting, &id, "10m", 1).await;
+            admin::audited(&acting, r).await
         }
         "deny" => {
-            let r = admin::approval_deny(store, &id).await;
-            admin::audited(store, &admin, "approval.deny", &id, r).await
+            let acting = store.acting(&admin, "approval.deny", &id);
+            let r = admin::approval_deny(&acting, &id).await;
+            admin::audited(&acting, r).await
         }
         _ => return (StatusCode::NOT_FOUND, "no such decision").into_response(),
     };

@@ -57,6 +57,10 @@ pub enum ProxyError {
     Held(String),
     #[error("tessera could not record or check the approval for this call (its database failed); try again shortly")]
     ApprovalUnavailable,
+    /// The audit trail cannot take the request's record: its database
+    /// fails and the queue of unwritten records is full.
+    #[error("tessera cannot write its audit trail (its database is failing and the queue of unwritten records is full), so the request was not forwarded; try again shortly")]
+    AuditUnavailable,
     #[error("request body too large: the limit is {0} bytes")]
     PayloadTooLarge(usize),
     #[error("parse error: the request body is not valid JSON")]
@@ -130,6 +134,10 @@ fn too_many_text(kind: TooMany) -> &'static str {
     }
 }
 
+/// The `Retry-After` of a refusal for a failing database: its outages are
+/// not measured in milliseconds, nor is a retry loop wanted.
+const DB_RETRY_AFTER_S: u32 = 2;
+
 /// The model-facing text of a held tool call.
 fn held_text(tool: &str, connection: &str, approval: &str, denied: bool) -> String {
     if denied {
@@ -148,7 +156,7 @@ impl ProxyError {
             NotFound => StatusCode::NOT_FOUND,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
             ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
-            ApprovalUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApprovalUnavailable | AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UriTooLong(_) => StatusCode::URI_TOO_LONG,
@@ -180,6 +188,7 @@ impl ProxyError {
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
             Held(_) | ToolHeld { .. } => -32005,
             ApprovalUnavailable => -32012,
+            AuditUnavailable => -32013,
             NotFound => -32004,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
@@ -204,6 +213,7 @@ impl ProxyError {
             Denied(_) | ToolDenied { .. } => "denied",
             Held(_) | ToolHeld { .. } => "held",
             ApprovalUnavailable => "approval_unavailable",
+            AuditUnavailable => "audit_unavailable",
             ToolsList { .. } => "tools_list",
             TokenEndpoint { .. } => "token_endpoint",
             PayloadTooLarge(_) => "too_large",
@@ -263,6 +273,9 @@ impl ProxyError {
             }
             ProxyError::TooMany(_, seconds) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            ProxyError::ApprovalUnavailable | ProxyError::AuditUnavailable => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(DB_RETRY_AFTER_S));
             }
             ProxyError::RequestTimeout(_) | ProxyError::HeadersTooLarge(..) => {
                 // The connection's state is unknown (half a body, a head

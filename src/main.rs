@@ -311,6 +311,11 @@ struct ServeArgs {
     /// Audit records queued for the writer before requests wait for room.
     #[arg(long, env = "TESSERA_AUDIT_QUEUE", default_value_t = config::DEFAULT_AUDIT_QUEUE)]
     audit_queue: usize,
+    /// The longest a database operation of the serving process may take
+    /// before it counts as failed: held calls then get 503, the audit
+    /// writer retries, and the snapshot in memory keeps serving.
+    #[arg(long, env = "TESSERA_DB_TIMEOUT_MS", default_value_t = config::DEFAULT_DB_TIMEOUT_MS)]
+    db_timeout_ms: u64,
     /// An external authorizer, asked after the policies allow or ask: it
     /// gets a JSON description of the request and answers
     /// {"decision": "allow"|"deny"|"ask", "reason": "..."}.
@@ -715,8 +720,9 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
     match c {
         PolicyCmd::Reload => {
             let store = at.store().await?;
-            let done = store.bump_policies().await.map_err(Into::into);
-            admin::audited(&store, admin::CLI, "policy.reload", "*", done).await?;
+            let acting = store.acting(admin::CLI, "policy.reload", "*");
+            let done = acting.bump_policies().await.map_err(Into::into);
+            admin::audited(&acting, done).await?;
             at.say(
                 "asked every serving process to reload its policies",
                 serde_json::json!({"reload": "asked"}),
@@ -867,8 +873,9 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             }
         }
         ApprovalCmd::Grant { id, ttl, uses } => {
-            let done = admin::approval_grant(&store, &id, &ttl, uses).await;
-            admin::audited(&store, admin::CLI, "approval.grant", &id, done).await?;
+            let acting = store.acting(admin::CLI, "approval.grant", &id);
+            let done = admin::approval_grant(&acting, &id, &ttl, uses).await;
+            admin::audited(&acting, done).await?;
             at.say(
                 format!(
                     "granted {id}: the same call may run {uses} {} within {ttl}",
@@ -878,8 +885,9 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             );
         }
         ApprovalCmd::Deny { id } => {
-            let done = admin::approval_deny(&store, &id).await;
-            admin::audited(&store, admin::CLI, "approval.deny", &id, done).await?;
+            let acting = store.acting(admin::CLI, "approval.deny", &id);
+            let done = admin::approval_deny(&acting, &id).await;
+            admin::audited(&acting, done).await?;
             at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
         }
     }
@@ -925,8 +933,9 @@ async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         AdminTokenCmd::Add { name } => {
-            let done = admin::admin_token_add(&store, &name).await;
-            let token = admin::audited(&store, admin::CLI, "admin-token.add", &name, done).await?;
+            let acting = store.acting(admin::CLI, "admin-token.add", &name);
+            let done = admin::admin_token_add(&acting, &name).await;
+            let token = admin::audited(&acting, done).await?;
             at.say(
                 format!(
                     "admin token {name} added; it is shown once, below:\n{}",
@@ -936,8 +945,9 @@ async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
             );
         }
         AdminTokenCmd::Revoke { name } => {
-            let done = admin::admin_token_revoke(&store, &name).await;
-            admin::audited(&store, admin::CLI, "admin-token.revoke", &name, done).await?;
+            let acting = store.acting(admin::CLI, "admin-token.revoke", &name);
+            let done = admin::admin_token_revoke(&acting, &name).await;
+            admin::audited(&acting, done).await?;
             at.say(
                 format!("admin token {name} revoked"),
                 serde_json::json!({"revoked": name}),
@@ -967,7 +977,8 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
             // On a terminal (and not for --json), a progress line on stderr.
             let show = !at.json && std::io::stderr().is_terminal();
-            let done = admin::key_rotate(&store, &key, new, |done, total| {
+            let acting = store.acting(admin::CLI, "key.rotate", "*");
+            let done = admin::key_rotate(&acting, &key, new, |done, total| {
                 if show {
                     eprint!("\rre-sealing secrets: {done}/{total}");
                     if done == total {
@@ -976,7 +987,7 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
                 }
             })
             .await;
-            let r = admin::audited(&store, admin::CLI, "key.rotate", "*", done).await?;
+            let r = admin::audited(&acting, done).await?;
             if at.json {
                 let v = serde_json::json!({"resealed": r.resealed, "new_key": r.new_id, "file": r.file});
                 println!("{v}");
@@ -1076,8 +1087,16 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
     )
     .await;
     drop(stop_admin);
-    // Every decision made is on disk before the process ends.
-    state.audit.flush().await;
+    // Every decision made is on disk before the process ends; a database
+    // that does not take them within the grace period is an error exit.
+    let grace = Duration::from_millis(a.shutdown_grace_ms);
+    if !state.audit.flush(grace).await {
+        anyhow::bail!(
+            "the audit trail could not be written within {} ms ({} records still queued): the database did not take them",
+            grace.as_millis(),
+            state.audit.queued()
+        );
+    }
     Ok(())
 }
 
@@ -1142,6 +1161,7 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         refresh_ms: a.refresh_ms,
         audit_arguments: a.audit_arguments,
         audit_queue: a.audit_queue,
+        db_timeout_ms: a.db_timeout_ms,
         authorizer_url: a.authorizer_url.clone(),
         authorizer_timeout_ms: a.authorizer_timeout_ms,
         authorizer_failure: a.authorizer_failure.clone(),
@@ -1428,8 +1448,9 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 username: username.as_deref(),
                 secret,
             };
-            let done = admin::credential_add(&store, &key, spec).await;
-            admin::audited(&store, admin::CLI, "credential.add", &name, done).await?;
+            let acting = store.acting(admin::CLI, "credential.add", &name);
+            let done = admin::credential_add(&acting, &key, spec).await;
+            admin::audited(&acting, done).await?;
             at.say(
                 format!("credential {name} added for {upstream}"),
                 serde_json::json!({"added": name, "upstream": upstream}),
@@ -1438,8 +1459,9 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
             let key = existing_master_key(&at.data_dir, &store).await?;
-            let done = admin::credential_set_secret(&store, &key, &name, secret).await;
-            admin::audited(&store, admin::CLI, "credential.set-secret", &name, done).await?;
+            let acting = store.acting(admin::CLI, "credential.set-secret", &name);
+            let done = admin::credential_set_secret(&acting, &key, &name, secret).await;
+            admin::audited(&acting, done).await?;
             at.say(
                 format!("credential {name}: secret replaced"),
                 serde_json::json!({"secret_replaced": name}),
@@ -1518,8 +1540,9 @@ async fn credential_add_oauth(
         .then(|| read_secret(oauth.refresh_token_env.as_deref()))
         .transpose()?;
     let key = master_key(&at.data_dir)?;
+    let acting = store.acting(admin::CLI, "credential.add", name);
     let done = admin::credential_add_oauth(
-        store,
+        &acting,
         &key,
         admin::OAuthSpec {
             name,
@@ -1540,7 +1563,7 @@ async fn credential_add_oauth(
         },
     )
     .await;
-    admin::audited(store, admin::CLI, "credential.add", name, done).await?;
+    admin::audited(&acting, done).await?;
     at.say(
         format!("credential {name} added for {upstream} (OAuth 2)"),
         serde_json::json!({"added": name, "upstream": upstream, "scheme": "oauth2"}),
@@ -1552,8 +1575,9 @@ async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         CallerCmd::Add { name, groups } => {
-            let done = admin::caller_add(&store, &name, &groups).await;
-            let token = admin::audited(&store, admin::CLI, "caller.add", &name, done).await?;
+            let acting = store.acting(admin::CLI, "caller.add", &name);
+            let done = admin::caller_add(&acting, &name, &groups).await;
+            let token = admin::audited(&acting, done).await?;
             at.say(
                 format!(
                     "caller {name} added; its token is shown once, below:\n{}",
@@ -1563,8 +1587,9 @@ async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
             );
         }
         CallerCmd::Revoke { name } => {
-            let done = admin::caller_revoke(&store, &name).await;
-            admin::audited(&store, admin::CLI, "caller.revoke", &name, done).await?;
+            let acting = store.acting(admin::CLI, "caller.revoke", &name);
+            let done = admin::caller_revoke(&acting, &name).await;
+            admin::audited(&acting, done).await?;
             at.say(
                 format!("caller {name} revoked"),
                 serde_json::json!({"revoked": name}),
@@ -1598,9 +1623,10 @@ async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                 Some(u) => config::parse_public_url(&u)?,
                 None => config::default_public_url(config::DEFAULT_LISTEN.parse()?),
             };
-            let done = admin::connection_add(&store, &public_url, &caller, &credential).await;
             let target = format!("{caller} on {credential}");
-            let url = admin::audited(&store, admin::CLI, "connection.add", &target, done).await?;
+            let acting = store.acting(admin::CLI, "connection.add", &target);
+            let done = admin::connection_add(&acting, &public_url, &caller, &credential).await;
+            let url = admin::audited(&acting, done).await?;
             let id = admin::connection_id(&url)?;
             let v = serde_json::json!({"id": id, "url": url, "caller": caller, "credential": credential});
             at.say(
@@ -1609,8 +1635,9 @@ async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
             );
         }
         ConnectionCmd::Revoke { id_or_url } => {
-            let done = admin::connection_revoke(&store, &id_or_url).await;
-            admin::audited(&store, admin::CLI, "connection.revoke", &id_or_url, done).await?;
+            let acting = store.acting(admin::CLI, "connection.revoke", &id_or_url);
+            let done = admin::connection_revoke(&acting, &id_or_url).await;
+            admin::audited(&acting, done).await?;
             at.say(
                 "connection revoked",
                 serde_json::json!({"revoked": admin::connection_id(&id_or_url)?}),

@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 26] = [
+pub const REASONS: [&str; 27] = [
     "method",
     "not_found",
     "origin",
@@ -41,6 +41,7 @@ pub const REASONS: [&str; 26] = [
     "denied",
     "held",
     "approval_unavailable",
+    "audit_unavailable",
     "tools_list",
     "token_endpoint",
     "too_large",
@@ -95,6 +96,8 @@ impl Default for Metrics {
 /// Gauges read from elsewhere when `/metrics` is rendered.
 pub struct Gauges {
     pub audit_queue_depth: usize,
+    /// Whether the audit writer's last attempt failed.
+    pub audit_failing: bool,
 }
 
 impl Metrics {
@@ -263,6 +266,12 @@ impl Metrics {
             "Audit records queued for the writer.",
             g.audit_queue_depth as i64,
         );
+        gauge(
+            &mut o,
+            "tessera_audit_write_failing",
+            "1 while the audit writer's last write to the database failed.",
+            i64::from(g.audit_failing),
+        );
         o
     }
 }
@@ -347,6 +356,7 @@ mod tests {
         let guard = m.stream_opened();
         let text = m.render(&Gauges {
             audit_queue_depth: 3,
+            audit_failing: false,
         });
         for line in [
             "tessera_requests_total{outcome=\"forwarded\",status=\"200\"} 2",

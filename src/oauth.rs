@@ -30,7 +30,7 @@ use url::Url;
 use crate::credentials::{injection, Injection, Scheme};
 use crate::pool::{SendError, UpstreamClient};
 use crate::secrets::{ExposeSecret, MasterKey, SecretString};
-use crate::store::{OAuthRefresh, Store, StoreError, StoredOAuth};
+use crate::store::{timed, OAuthRefresh, Store, StoreError, StoredOAuth};
 
 /// The largest token response read.
 const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
@@ -132,6 +132,9 @@ pub struct OAuthContext<'a> {
     pub margin: Duration,
     /// The whole token request.
     pub timeout: Duration,
+    /// A store operation that takes longer has failed: the refresh goes on
+    /// without the store's lock rather than hang on it.
+    pub db_timeout: Duration,
     /// Token requests are counted by credential and outcome.
     pub metrics: &'a crate::metrics::Metrics,
 }
@@ -233,7 +236,8 @@ impl OAuthSource {
         // Across replicas: lock the credential in the store and read what
         // is there. Another replica may have refreshed meanwhile (and
         // rotated the refresh token), so its token and secrets win.
-        let mut lock = match cx.store.begin_oauth_refresh(&self.credential).await {
+        let locking = cx.store.begin_oauth_refresh(&self.credential);
+        let mut lock = match timed(cx.db_timeout, locking).await {
             Ok(lock) => Some(lock),
             Err(e) => {
                 tracing::warn!(credential = %self.credential, error = %e, "cannot lock the credential in the store; refreshing without the lock");
@@ -241,7 +245,7 @@ impl OAuthSource {
             }
         };
         if let Some(lock) = lock.as_mut() {
-            match lock.stored().await {
+            match timed(cx.db_timeout, lock.stored()).await {
                 Ok(stored) => {
                     if let Some(t) = self.adopt(cx, stored, rejected) {
                         tracing::debug!(credential = %self.credential, "OAuth token taken from the store");
@@ -265,7 +269,8 @@ impl OAuthSource {
             expires_at,
         });
         self.token.store(Some(t.clone()));
-        if let Err(e) = self.persist(cx, lock, &token, expires_at, rotated).await {
+        let persisting = self.persist(cx, lock, &token, expires_at, rotated);
+        if let Err(e) = timed(cx.db_timeout, persisting).await {
             // The token works; only the cache (or a rotated refresh token)
             // failed to reach the store. Say so loudly: a lost rotated
             // refresh token means a person must log in again.

@@ -280,6 +280,12 @@ async fn proxy(
     });
     drop(peeked);
     drop(snap);
+    // A request whose decisions the audit trail cannot keep is not
+    // forwarded (nor recorded: its refusal is in the access log).
+    if !state.audit.has_room() {
+        access.decisions.clear();
+        return Err(ProxyError::AuditUnavailable);
+    }
     enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
     if tool_filter.is_some() {
         // The answer is read to be filtered: ask for it uncompressed.
@@ -575,10 +581,13 @@ async fn enforce(
             }
         })
         .collect();
-    let settled = approvals::settle(&state.store, &held).await.map_err(|e| {
-        tracing::error!(error = %e, "recording an approval request failed");
-        ProxyError::ApprovalUnavailable
-    })?;
+    let settling = approvals::settle(&state.store, &held);
+    let settled = crate::store::timed(state.config.db_timeout, settling)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "recording an approval request failed");
+            ProxyError::ApprovalUnavailable
+        })?;
     for (&i, s) in asked.iter().zip(&settled) {
         decided[i].settled = Some(s.clone());
     }

@@ -60,7 +60,7 @@ impl State {
         let key = Arc::new(key);
         let snap = Snapshot::load(&store, &key, policies.schema()).await?;
         let authorizer = Arc::new(CedarAuthorizer::new(policies));
-        let (audit, _writer) = Audit::start(store.clone(), config.audit_queue);
+        let (audit, _writer) = Audit::start(store.clone(), config.audit_queue, config.db_timeout);
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let wake = Arc::new(tokio::sync::Notify::new());
         if let Some(url) = store.postgres_url() {
@@ -77,6 +77,7 @@ impl State {
                 interval: config.refresh_interval,
                 wake,
                 policy_epoch,
+                db_timeout: config.db_timeout,
             },
         ));
         let public_host = config
@@ -133,6 +134,7 @@ impl State {
             key: &self.key,
             margin: self.config.token_margin,
             timeout: self.config.token_timeout,
+            db_timeout: self.config.db_timeout,
             metrics: &self.metrics,
         }
     }

@@ -247,6 +247,8 @@ pub struct Refresh {
     /// The store's policy epoch: moves on `tessera policy reload`, when
     /// every serving process reads its policy folder again.
     pub policy_epoch: tokio::sync::watch::Sender<i64>,
+    /// A read that takes longer has failed (a database that hangs).
+    pub db_timeout: Duration,
 }
 
 /// Read the store's revision (every interval, and when woken) and swap in a
@@ -275,7 +277,8 @@ pub async fn refresh_loop(
             r = reloads.changed() => policies_changed |= r.is_ok(),
         }
         policies_changed |= reloads.has_changed().unwrap_or(false);
-        match store.revision().await {
+        let limit = refresh.db_timeout;
+        match crate::store::timed(limit, store.revision()).await {
             Ok(r) => {
                 refresh.policy_epoch.send_if_modified(|e| {
                     let moved = *e != r.policies;
@@ -295,7 +298,8 @@ pub async fn refresh_loop(
         policies_changed = false;
         let policies = authz.policies();
         let previous = shared.load_full();
-        match Snapshot::load_after(&store, &key, policies.schema(), Some(&previous)).await {
+        let loading = Snapshot::load_after(&store, &key, policies.schema(), Some(&previous));
+        match crate::store::timed(limit, loading).await {
             Ok(s) => {
                 tracing::debug!(revision = s.revision, "snapshot reloaded");
                 shared.store(Arc::new(s));

@@ -11,6 +11,8 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -43,12 +45,26 @@ pub enum StoreError {
     // error report (anyhow's `{:#}`) does not print it twice.
     #[error("database: {0}")]
     Db(sqlx::Error),
+    #[error("database: no answer within {0} ms")]
+    Timeout(u64),
     #[error("applying migrations: {0}")]
     Migrate(sqlx::migrate::MigrateError),
     #[error("{0}")]
     Url(String),
     #[error("the database's schema is at migration {found}, newer than this tessera knows (up to {known}): run the newer tessera that migrated it, or restore a backup")]
     NewerSchema { found: i64, known: i64 },
+}
+
+/// `f`, or a [`StoreError::Timeout`] once `limit` has passed: a database
+/// that hangs fails like one that refuses. (Dropping `f` abandons its
+/// statement; a write that was committing may still land.)
+pub async fn timed<T>(
+    limit: std::time::Duration,
+    f: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or(Err(StoreError::Timeout(limit.as_millis() as u64)))
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -227,6 +243,20 @@ pub struct Store {
     backend: Backend,
     /// The Postgres URL, for the connection that listens for changes.
     url: Option<DatabaseUrl>,
+    /// The admin action this handle does, if any (see [`Store::acting`]).
+    acting: Option<Arc<Acting>>,
+}
+
+/// An admin action under way: its `admin_audit` row is written in the
+/// transaction that makes its change, so the change and its record land
+/// together or not at all.
+#[derive(Debug)]
+struct Acting {
+    actor: String,
+    action: String,
+    target: String,
+    /// Set once a transaction carrying the record has committed.
+    recorded: AtomicBool,
 }
 
 /// Each dialect's migrations, applied at start and by `tessera migrate`.
@@ -301,6 +331,7 @@ impl Store {
             pool,
             backend,
             url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
+            acting: None,
         };
         match store.migrator().run(&store.pool).await {
             Err(sqlx::migrate::MigrateError::VersionMissing(found)) => {
@@ -374,10 +405,11 @@ impl Store {
 
     /// Tell every serving process to read its policy folder again.
     pub async fn bump_policies(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query("UPDATE revision SET value = value + 1, policies = policies + 1 WHERE id = 1")
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
-        Ok(())
+        self.commit(tx).await
     }
 
     pub async fn add_credential(&self, c: NewCredential<'_>) -> Result<(), StoreError> {
@@ -406,7 +438,7 @@ impl Store {
             r => r?,
         };
         Self::bump(&mut tx).await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 
@@ -426,7 +458,7 @@ impl Store {
             });
         }
         Self::bump(&mut tx).await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 
@@ -474,7 +506,7 @@ impl Store {
             sealed_secrets,
         )
         .await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 
@@ -553,7 +585,7 @@ impl Store {
                 .await?;
         }
         Self::bump(&mut tx).await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 
@@ -600,7 +632,7 @@ impl Store {
             r => r?,
         };
         Self::bump(&mut tx).await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 
@@ -646,7 +678,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         Self::bump(&mut tx).await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 
@@ -656,20 +688,24 @@ impl Store {
         name: &str,
         token_sha256: &[u8; 32],
     ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
             "INSERT INTO admin_tokens (name, token_sha256, created_at) VALUES ($1, $2, $3)",
         )
         .bind(name)
         .bind(&token_sha256[..])
         .bind(now())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await;
         match r {
             Err(e) if unique_violation(&e) => Err(StoreError::Duplicate {
                 kind: "admin token",
                 name: name.to_string(),
             }),
-            r => r.map(drop).map_err(Into::into),
+            r => {
+                r?;
+                self.commit(tx).await
+            }
         }
     }
 
@@ -711,9 +747,53 @@ impl Store {
             .collect()
     }
 
-    /// Record one admin action.
-    pub async fn insert_admin_audit(
-        &self,
+    /// This store, doing one admin action: every transaction it commits
+    /// carries the action's `admin_audit` row (outcome `ok`), written once.
+    pub fn acting(&self, actor: &str, action: &str, target: &str) -> Store {
+        Store {
+            acting: Some(Arc::new(Acting {
+                actor: actor.to_string(),
+                action: action.to_string(),
+                target: target.to_string(),
+                recorded: AtomicBool::new(false),
+            })),
+            ..self.clone()
+        }
+    }
+
+    /// Commit an admin write's transaction, with the action's record when
+    /// this store acts for one.
+    async fn commit(&self, mut tx: sqlx::Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+        let a = self
+            .acting
+            .as_ref()
+            .filter(|a| !a.recorded.load(Ordering::Relaxed));
+        if let Some(a) = a {
+            Self::insert_admin_audit(&mut tx, &a.actor, &a.action, &a.target, "ok").await?;
+        }
+        tx.commit().await?;
+        if let Some(a) = a {
+            a.recorded.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Record how the admin action this store acts for ended, unless its
+    /// `ok` record went in with its change. Panics on a store not acting.
+    pub async fn record_action(&self, outcome: &str) -> Result<(), StoreError> {
+        let a = self
+            .acting
+            .as_ref()
+            .expect("a store acting for an admin action");
+        if outcome == "ok" && a.recorded.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut c = self.pool.acquire().await?;
+        Self::insert_admin_audit(&mut c, &a.actor, &a.action, &a.target, outcome).await
+    }
+
+    async fn insert_admin_audit(
+        c: &mut sqlx::AnyConnection,
         actor: &str,
         action: &str,
         target: &str,
@@ -727,7 +807,7 @@ impl Store {
         .bind(action)
         .bind(target)
         .bind(outcome)
-        .execute(&self.pool)
+        .execute(c)
         .await?;
         Ok(())
     }
@@ -836,7 +916,21 @@ impl Store {
                 .bind(i64::from(r.status))
                 .bind(r.duration_us);
         }
-        q.execute(&self.pool).await?;
+        match self.backend {
+            // One statement commits by itself; SQLite bounds its wait for
+            // the write lock (the busy timeout), so it is never abandoned.
+            Backend::Sqlite => {
+                q.execute(&self.pool).await?;
+            }
+            // In a transaction although it is one statement: a write the
+            // audit writer abandons (no answer from a partitioned server)
+            // is rolled back, not left to land after its retry.
+            Backend::Postgres => {
+                let mut tx = self.pool.begin().await?;
+                q.execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+        }
         Ok(())
     }
 
@@ -1025,6 +1119,7 @@ impl Store {
         expires_at: Option<i64>,
         uses: Option<i64>,
     ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
             "UPDATE approvals SET status = $1, decided_at = $2, expires_at = $3, uses_left = $4 \
              WHERE id = $5 AND status != $6",
@@ -1035,11 +1130,12 @@ impl Store {
         .bind(uses)
         .bind(id)
         .bind(to.as_str())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
         if r.rows_affected() == 1 {
-            return Ok(());
+            return self.commit(tx).await;
         }
+        drop(tx);
         let exists: Option<String> =
             sqlx::query_scalar("SELECT status FROM approvals WHERE id = $1")
                 .bind(id)
@@ -1102,7 +1198,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         Self::bump(&mut tx).await?;
-        tx.commit().await?;
+        self.commit(tx).await?;
         Ok(())
     }
 

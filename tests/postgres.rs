@@ -17,6 +17,8 @@ mod cli;
 mod config_file;
 #[path = "it/console.rs"]
 mod console;
+#[path = "it/db_faults.rs"]
+mod db_faults;
 #[path = "it/egress.rs"]
 mod egress;
 #[path = "it/ext_authz.rs"]

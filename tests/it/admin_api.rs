@@ -164,7 +164,12 @@ async fn the_api_manages_what_the_cli_does_and_records_who_acted() {
     );
 
     // The decision is in the audit trail, paged by id.
-    p.state.audit.flush().await;
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
     let (s, page) = call(M::GET, format!("{api}/v1/audit?caller=agent"), t, None).await;
     assert_eq!(s, 200, "{page}");
     let records = page["records"].as_array().unwrap();

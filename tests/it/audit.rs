@@ -89,7 +89,12 @@ async fn every_decision_is_audited_and_nothing_secret() {
         "the denied call did not reach the upstream"
     );
 
-    p.state.audit.flush().await;
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
     assert_no_plaintext(p.dir.path(), &[SECRET, &a.token]);
 }
 
@@ -127,7 +132,12 @@ async fn the_cli_lists_and_filters_the_trail() {
     let b = p.agent("gh", &up.url("/mcp"), "other").await;
     assert_eq!(call(&a, tools_call(1, "tool_a")).await, 200);
     assert_eq!(call(&b, tools_call(2, "tool_b")).await, 200);
-    p.state.audit.flush().await;
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
     let d = p.dir.path();
     let o = cli(
         d,
@@ -157,7 +167,12 @@ async fn audit_follow_prints_records_as_they_are_written() {
     let p = Proxy::start(Proxy::dir()).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     assert_eq!(call(&a, tools_call(1, "before_follow")).await, 200);
-    p.state.audit.flush().await;
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
     let mut child = tessera_async(p.dir.path())
         .args(["audit", "--json", "--follow"])
         .stdout(std::process::Stdio::piped())
@@ -177,6 +192,11 @@ async fn audit_follow_prints_records_as_they_are_written() {
     assert_eq!(next_tool().await, "before_follow");
     // A record written after it started is printed too.
     assert_eq!(call(&a, tools_call(2, "after_follow")).await, 200);
-    p.state.audit.flush().await;
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
     assert_eq!(next_tool().await, "after_follow");
 }

@@ -501,6 +501,18 @@ impl Proxy {
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
         policies: tessera::policy::Policies,
     ) -> Proxy {
+        let url = database_url(dir.path());
+        Self::start_on(dir, url, tweak, policies).await
+    }
+
+    /// Serve `dir` with the store at `url` (None: SQLite in the dir): for
+    /// a test that puts something between tessera and its database.
+    pub async fn start_on(
+        dir: DataDir,
+        url: Option<String>,
+        tweak: impl FnOnce(&mut tessera::config::ServeConfig),
+        policies: tessera::policy::Policies,
+    ) -> Proxy {
         // Every data plane logs into the suite's capture, checked for the
         // canary secret by `assert_logs_lack`.
         logs();
@@ -511,7 +523,7 @@ impl Proxy {
         // The suite's upstreams run on loopback.
         cfg.egress.allow_private = true;
         tweak(&mut cfg);
-        let url = database_url(dir.path()).map(|u| u.parse().unwrap());
+        let url = url.map(|u| u.parse().unwrap());
         let store = tessera::store::Store::open(dir.path(), url.as_ref())
             .await
             .unwrap();
@@ -800,7 +812,12 @@ pub fn policies_with(examples: &[&str]) -> tessera::policy::Policies {
 
 /// Every audit record written so far, oldest first (the queue flushed).
 pub async fn audit_rows(p: &Proxy) -> Vec<tessera::audit::AuditRecord> {
-    p.state.audit.flush().await;
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
     p.store()
         .audit(&tessera::audit::AuditQuery {
             limit: 1000,
@@ -812,6 +829,15 @@ pub async fn audit_rows(p: &Proxy) -> Vec<tessera::audit::AuditRecord> {
 
 /// POST a JSON-RPC body as the agent; the status and the JSON answer.
 pub async fn post_json(a: &Agent, body: String) -> (u16, serde_json::Value) {
+    let (status, _, v) = post_json_headers(a, body).await;
+    (status, v)
+}
+
+/// [`post_json`], with the answer's headers.
+pub async fn post_json_headers(
+    a: &Agent,
+    body: String,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
     let r = client()
         .post(&a.url)
         .bearer_auth(&a.token)
@@ -828,13 +854,14 @@ pub async fn post_json(a: &Agent, body: String) -> (u16, serde_json::Value) {
         seen.extend_from_slice(k.as_str().as_bytes());
         seen.extend_from_slice(v.as_bytes());
     }
+    let headers = r.headers().clone();
     let body = r.bytes().await.unwrap();
     seen.extend_from_slice(&body);
     assert!(
         !seen.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
         "the canary secret reached a caller"
     );
-    (status, serde_json::from_slice(&body).unwrap())
+    (status, headers, serde_json::from_slice(&body).unwrap())
 }
 
 /// Every log line the in-process data planes wrote (all tests share one
