@@ -5,7 +5,8 @@
 //! [`proxy::handle`]:
 //! - [`route`]: the method (POST, GET, DELETE) and the address, before
 //!   anything is loaded;
-//! - [`server`]: Origin and Host checks (DNS rebinding), the accept loop;
+//! - [`server`]: Origin and Host checks (DNS rebinding), the accept loop
+//!   ([`slow_head`]: a head that does not arrive in time is answered 408);
 //! - [`authn`]: the caller's bearer token against the in-memory snapshot,
 //!   and the address checked as that caller's;
 //! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
@@ -62,6 +63,7 @@ pub mod redact;
 pub mod route;
 pub mod secrets;
 pub mod server;
+pub mod slow_head;
 pub mod snapshot;
 pub mod store;
 pub mod tool_list;

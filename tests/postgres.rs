@@ -17,6 +17,8 @@ mod cli;
 mod config_file;
 #[path = "it/console.rs"]
 mod console;
+#[path = "it/crash.rs"]
+mod crash;
 #[path = "it/db_faults.rs"]
 mod db_faults;
 #[path = "it/egress.rs"]

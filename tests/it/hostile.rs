@@ -303,7 +303,7 @@ async fn malformed_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
 }
 
 #[tokio::test]
-async fn slow_heads_are_cut_off_and_slow_bodies_get_408() {
+async fn slow_heads_and_slow_bodies_get_408_and_idle_connections_close() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let up = Upstream::start().await;
     let p = Proxy::start_with(Proxy::dir(), |c| {
@@ -313,16 +313,43 @@ async fn slow_heads_are_cut_off_and_slow_bodies_get_408() {
     .await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     let path = a.url.strip_prefix(&p.base()).unwrap().to_string();
+    let read_all = |mut s: tokio::net::TcpStream| async move {
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("a stalled connection was kept open")
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
 
-    // Half a head, then nothing: the connection is closed (hyper answers
-    // nothing to a head it never finished reading).
+    // Half a head, then nothing: 408 with a JSON-RPC body, then closed.
     let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
     s.write_all(format!("POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n").as_bytes())
         .await
         .unwrap();
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
-    assert!(read.is_ok(), "a stalled head kept its connection open");
+    let got = read_all(s).await;
+    assert_eq!(answer(&got), (408, Some(-32600)), "{got}");
+    assert!(got.contains("request head did not arrive within 300 ms"), "{got}");
+
+    // A connection that sends nothing, or nothing more after an answer, is
+    // closed without a word: there is no request to answer.
+    let s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    assert_eq!(read_all(s).await, "");
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let call = tools_call(1, "t");
+    s.write_all(
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {}\r\ncontent-length: {}\r\n\r\n{call}",
+            a.token,
+            call.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let got = read_all(s).await;
+    assert_eq!(got.matches("HTTP/1.1 ").count(), 1, "{got}");
+    assert_eq!(answer(&got).0, 200, "{got}");
 
     // A whole head, a body that stops short: 408 with a JSON-RPC body.
     let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
@@ -342,7 +369,14 @@ async fn slow_heads_are_cut_off_and_slow_bodies_get_408() {
         .unwrap();
     let got = String::from_utf8_lossy(&out);
     assert_eq!(answer(&got), (408, Some(-32600)), "{got}");
-    assert!(up.seen().is_empty());
+    // The one whole request reached the upstream; neither stalled one did.
+    assert_eq!(up.seen().len(), 1);
+    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
+        audit_queue_depth: 0,
+        audit_failing: false,
+    });
+    let counted = "tessera_refusals_total{reason=\"request_timeout\"} 2";
+    assert!(metrics.contains(counted), "{metrics}");
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ mod audit;
 mod cli;
 mod config_file;
 mod console;
+mod crash;
 mod db_faults;
 mod egress;
 mod ext_authz;
