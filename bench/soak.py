@@ -49,12 +49,17 @@ def main():
     ap.add_argument("--tessera", default=bench.TESSERA, help="the tessera binary to soak")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of opening and closing the streams (the first under load)")
+    ap.add_argument("--h2", action="store_true",
+                    help="reach the upstream over TLS with HTTP/2: every stream shares one "
+                         "upstream connection, so tessera needs one socket per stream, not two")
     a = ap.parse_args()
     bench.TESSERA = a.tessera
     fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if 2 * a.streams > fd_limit * 4 // 5:
-        a.streams = fd_limit * 4 // 5 // 2
-        print(f"soak: the fd limit is {fd_limit}; holding {a.streams:,} streams", flush=True)
+    sockets = 1 if a.h2 else 2
+    if sockets * a.streams > fd_limit * 4 // 5:
+        a.streams = fd_limit * 4 // 5 // sockets
+        print(f"soak: the fd limit is {fd_limit}; holding {a.streams:,} streams "
+              f"({sockets} sockets each in tessera)", flush=True)
 
     work = tempfile.mkdtemp(prefix="tessera-soak-")
     data = os.path.join(work, "data")
@@ -62,12 +67,17 @@ def main():
     up_port, t_port, admin_port = bench.free_port(), bench.free_port(), bench.free_port()
     admin = f"127.0.0.1:{admin_port}"
     try:
+        ca = os.path.join(work, "upstream-ca.pem")
+        up_env = dict(os.environ, BENCH_UPSTREAM_SECRET=up_secret)
+        if a.h2:
+            up_env["BENCH_UPSTREAM_TLS_CA"] = ca
         up = bench.start([bench.UPSTREAM, f"127.0.0.1:{up_port}"], bench.CLIENT_CORE,
-                         stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, BENCH_UPSTREAM_SECRET=up_secret))
+                         stdout=subprocess.PIPE, text=True, env=up_env)
         if not up.stdout.readline().startswith("listening"):
             bench.die("the upstream did not start")
-        bench.cli(data, "credential", "add", "soak", "--upstream", f"http://127.0.0.1:{up_port}/mcp",
+        upstream = (f"https://localhost:{up_port}/mcp" if a.h2
+                    else f"http://127.0.0.1:{up_port}/mcp")
+        bench.cli(data, "credential", "add", "soak", "--upstream", upstream,
                   "--secret-env", "BENCH_UPSTREAM_SECRET",
                   env_extra={"BENCH_UPSTREAM_SECRET": up_secret})
         token = bench.cli(data, "caller", "add", "agent")
@@ -75,7 +85,8 @@ def main():
                         "--public-url", f"http://127.0.0.1:{t_port}")
         admin_token = bench.cli(data, "admin-token", "add", "soak")
         t = bench.start([bench.TESSERA, "serve", "--listen", f"127.0.0.1:{t_port}",
-                         "--admin-listen", admin, "--worker-threads", "1"],
+                         "--admin-listen", admin, "--worker-threads", "1"]
+                        + (["--upstream-ca-file", ca] if a.h2 else []),
                         bench.PROXY_CORE, stderr=open(os.path.join(work, "tessera.log"), "w"),
                         env=dict(os.environ, TESSERA_DATA_DIR=data))
         bench.wait_port(t_port, "tessera", t)
@@ -143,6 +154,7 @@ def main():
         growth = (held_again - rounds[0]) / a.streams if len(rounds) > 1 else 0.0
         result = {
             "streams": a.streams,
+            "upstream": "TLS, HTTP/2 (one connection)" if a.h2 else "HTTP/1.1 (a connection each)",
             "streams_counted_open": int(opened),
             "load_seconds": round(elapsed, 1),
             "requests_served": served,

@@ -12,6 +12,13 @@
 //!
 //! Usage: `bench-upstream ADDR` (e.g. `127.0.0.1:18081`); prints
 //! `listening ADDR` once bound.
+//!
+//! With `BENCH_UPSTREAM_TLS_CA=FILE` it serves TLS for `localhost` with a
+//! certificate made at start (written to FILE as PEM, for the proxy to
+//! trust) and offers HTTP/2 by ALPN, with no cap on concurrent streams:
+//! then every stream a proxy forwards shares one upstream connection, and
+//! a soak can hold more streams than the proxy has file descriptors for
+//! two sockets each.
 
 use std::convert::Infallible;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,6 +46,11 @@ fn main() {
         .expect("runtime");
     rt.block_on(async move {
         let listener = TcpListener::bind(&addr).await.expect("bind");
+        if let Ok(ca) = std::env::var("BENCH_UPSTREAM_TLS_CA") {
+            let acceptor = tls_acceptor(&ca);
+            println!("listening {}", listener.local_addr().unwrap());
+            return serve_tls(listener, acceptor, expected).await;
+        }
         println!("listening {}", listener.local_addr().unwrap());
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -53,6 +65,48 @@ fn main() {
             });
         }
     });
+}
+
+/// A self-signed certificate for `localhost`, its PEM written to `ca`.
+fn tls_acceptor(ca: &str) -> tokio_rustls::TlsAcceptor {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("certificate");
+    std::fs::write(ca, made.cert.pem()).expect("writing the certificate");
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+    let mut tls = rustls::ServerConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![made.cert.der().clone()], key)
+    .expect("TLS config");
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls))
+}
+
+async fn serve_tls(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    expected: &'static [u8],
+) {
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder.http2().max_concurrent_streams(None);
+    let builder = std::sync::Arc::new(builder);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (acceptor, builder) = (acceptor.clone(), builder.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(stream).await else {
+                return;
+            };
+            let svc = service_fn(move |req| answer(req, expected));
+            let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
+        });
+    }
 }
 
 async fn answer(

@@ -329,7 +329,10 @@ async fn slow_heads_and_slow_bodies_get_408_and_idle_connections_close() {
         .unwrap();
     let got = read_all(s).await;
     assert_eq!(answer(&got), (408, Some(-32600)), "{got}");
-    assert!(got.contains("request head did not arrive within 300 ms"), "{got}");
+    assert!(
+        got.contains("request head did not arrive within 300 ms"),
+        "{got}"
+    );
 
     // A connection that sends nothing, or nothing more after an answer, is
     // closed without a word: there is no request to answer.
