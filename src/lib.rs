@@ -6,7 +6,8 @@
 //! - [`route`]: the method (POST, GET, DELETE) and the address, before
 //!   anything is loaded;
 //! - [`server`]: Origin and Host checks (DNS rebinding), the accept loop
-//!   ([`slow_head`]: a head that does not arrive in time is answered 408);
+//!   ([`raw_head`]: 408 for a head that does not arrive in time, 400 for
+//!   one that frames its body twice);
 //! - [`authn`]: the caller's bearer token against the in-memory snapshot,
 //!   and the address checked as that caller's;
 //! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
@@ -59,11 +60,11 @@ pub mod oauth;
 pub mod policy;
 pub mod pool;
 pub mod proxy;
+pub mod raw_head;
 pub mod redact;
 pub mod route;
 pub mod secrets;
 pub mod server;
-pub mod slow_head;
 pub mod snapshot;
 pub mod store;
 pub mod tool_list;

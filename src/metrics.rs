@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 27] = [
+pub const REASONS: [&str; 28] = [
     "method",
     "not_found",
     "origin",
@@ -51,6 +51,7 @@ pub const REASONS: [&str; 27] = [
     "uri_too_long",
     "headers_too_large",
     "request_timeout",
+    "framing",
     "caller_in_flight",
     "caller_rate",
     "auth_throttled",

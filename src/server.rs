@@ -223,14 +223,14 @@ pub async fn run(
     // which costs every connection an extra 8 KiB read buffer.
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The slow-headers defence: a head not complete in time closes the
-    // connection, and `slow_head::Watched` answers it 408. The header count is checked
+    // connection, and `raw_head::Watched` answers it 408. The header count is checked
     // against --max-headers in the handler, which answers 431 with a
     // JSON-RPC body; hyper's own cap (a bare 431) sits above it.
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(state.config.limits.header_timeout)
         .max_headers(state.config.limits.max_headers.saturating_mul(2).max(100));
-    let head_timeout = crate::slow_head::HeadTimeout::new(
+    let head_answers = crate::raw_head::HeadAnswers::new(
         state.config.limits.header_timeout,
         state.metrics.clone(),
     );
@@ -258,7 +258,7 @@ pub async fn run(
             let handled = Box::pin(crate::proxy::handle(state.clone(), req, peer.ip()));
             async move { Ok::<_, std::convert::Infallible>(handled.await) }
         });
-        let io = crate::slow_head::Watched::new(stream, head_timeout.clone());
+        let io = crate::raw_head::Watched::new(stream, head_answers.clone());
         let conn = builder.serve_connection(TokioIo::new(io), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
