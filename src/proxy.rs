@@ -366,7 +366,7 @@ async fn proxy(
 
 /// Refuse a request whose target or headers are over the limits. hyper
 /// already refused what cannot be parsed (CR, LF or NUL in a value, a bad
-/// request line, conflicting lengths).
+/// request line).
 fn check_shape(
     parts: &http::request::Parts,
     limits: &crate::config::RequestLimits,
@@ -383,10 +383,10 @@ fn check_shape(
             limits.max_header_bytes,
         ));
     }
-    // Framing needs no check here: hyper refuses differing Content-Length
-    // values, folds equal ones, and reads a body with Transfer-Encoding by
-    // it alone (RFC 9112 §6.1); tessera then frames what it forwards with
-    // its own Content-Length (tests/it/hostile.rs).
+    // Framing needs no check here: a head with two lengths, or a length
+    // and Transfer-Encoding, was refused before hyper parsed it
+    // (`raw_head`), and tessera frames what it forwards with its own
+    // Content-Length (tests/it/hostile.rs).
     Ok(())
 }
 
