@@ -28,7 +28,9 @@
 //! (how a secret becomes a header), [`admin`] (the CLI's commands),
 //! [`login`] (the interactive OAuth flow of `credential login`), [`audit`]
 //! (the decision trail),
-//! [`config`] (validated settings), [`logging`] (the buffered logfmt log).
+//! [`config`] (validated settings), [`logging`] (the buffered logfmt log),
+//! [`metrics`] (the counters of `/metrics`), [`memory`] (free memory
+//! returned after a wave of streams closes).
 
 #![forbid(unsafe_code)]
 
@@ -55,6 +57,7 @@ pub mod jsonrpc;
 pub mod limits;
 pub mod logging;
 pub mod login;
+pub mod memory;
 pub mod metrics;
 pub mod oauth;
 pub mod policy;

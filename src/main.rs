@@ -1050,6 +1050,18 @@ async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
     served
 }
 
+/// Returns glibc malloc's free pages to the system (see `tessera::memory`).
+/// The one unsafe call in tessera, kept in the binary: the library forbids
+/// unsafe code.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    // SAFETY: malloc_trim takes no pointer and has no precondition; it
+    // walks glibc's own heap under glibc's own locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered) -> Result<()> {
     // Validate everything before binding a port.
     let cfg = config::parse_serve(raw_serve(&a))?;
@@ -1062,6 +1074,12 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
     let (state, _refresher) =
         tessera::server::State::start(cfg.clone(), store, key, policies).await?;
     reload_policies_on_change(&state, a.policies.as_deref(), a.policy_check_ms)?;
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    tokio::spawn(tessera::memory::release_after_waves(
+        state.metrics.clone(),
+        Duration::from_secs(1),
+        release_free_memory,
+    ));
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;

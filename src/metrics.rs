@@ -71,6 +71,9 @@ pub struct Metrics {
     latency_buckets: [AtomicU64; BUCKETS.len() + 1],
     latency_sum_us: AtomicU64,
     open_streams: AtomicI64,
+    /// The most streams open at once since the last memory release.
+    streams_peak: AtomicI64,
+    memory_releases: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     /// Token requests by credential and outcome (rare: a lock is fine).
@@ -87,6 +90,8 @@ impl Default for Metrics {
             latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_sum_us: AtomicU64::new(0),
             open_streams: AtomicI64::new(0),
+            streams_peak: AtomicI64::new(0),
+            memory_releases: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             token_refreshes: Mutex::new(BTreeMap::new()),
@@ -141,7 +146,8 @@ impl Metrics {
 
     /// One more open event stream until the guard is dropped.
     pub fn stream_opened(self: &std::sync::Arc<Self>) -> StreamGuard {
-        self.open_streams.fetch_add(1, Relaxed);
+        let open = self.open_streams.fetch_add(1, Relaxed) + 1;
+        self.streams_peak.fetch_max(open, Relaxed);
         StreamGuard(self.clone())
     }
 
@@ -157,6 +163,22 @@ impl Metrics {
     /// Open event streams now.
     pub fn open_streams(&self) -> i64 {
         self.open_streams.load(Relaxed)
+    }
+
+    /// The most streams open at once since the last reset, and now.
+    pub fn streams_peak(&self) -> (i64, i64) {
+        let now = self.open_streams();
+        (self.streams_peak.load(Relaxed).max(now), now)
+    }
+
+    /// The high-water mark starts again from the streams open now.
+    pub fn reset_streams_peak(&self) {
+        self.streams_peak.store(self.open_streams(), Relaxed);
+    }
+
+    /// Free memory was returned to the system (`memory`).
+    pub fn memory_released(&self) {
+        self.memory_releases.fetch_add(1, Relaxed);
     }
 
     /// The Prometheus text exposition (format 0.0.4).
@@ -226,6 +248,17 @@ impl Metrics {
             "tessera_open_streams",
             "Event streams (SSE) open through tessera.",
             self.open_streams(),
+        );
+        head(
+            &mut o,
+            "tessera_memory_releases_total",
+            "counter",
+            "Times free memory was returned to the system after a wave of streams closed.",
+        );
+        let _ = writeln!(
+            o,
+            "tessera_memory_releases_total {}",
+            self.memory_releases.load(Relaxed)
         );
         head(
             &mut o,
