@@ -140,6 +140,40 @@ pub fn route(data: &[u8]) {
     );
 }
 
+/// The raw head scan (`raw_head`) against httparse, the parser hyper
+/// reads heads with: for every head httparse parses, the scan ends where
+/// httparse ends, and counts the `Content-Length` and `Transfer-Encoding`
+/// fields httparse finds, however the bytes are split between two reads.
+/// (A framing header the scan missed would pass the refusal unseen.)
+pub fn raw_head(data: &[u8]) {
+    let Some((&split, head)) = data.split_first() else {
+        return;
+    };
+    let (end, content_length, transfer_encoding) =
+        crate::raw_head::scan_for_fuzzing(head, usize::from(split));
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut fields);
+    let Ok(httparse::Status::Complete(n)) = req.parse(head) else {
+        return;
+    };
+    assert_eq!(
+        end,
+        Some(n),
+        "the scan and httparse disagree on the head's end"
+    );
+    let count = |name: &str| {
+        req.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .count()
+    };
+    assert_eq!(
+        (usize::from(content_length), usize::from(transfer_encoding)),
+        (count("content-length"), count("transfer-encoding")),
+        "the scan and httparse count the framing headers differently"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     //! Findings of the fuzz targets, kept as regression tests, and a few
@@ -157,6 +191,10 @@ mod tests {
         super::route(b"\x00/c/abc/sub/../x?q=1");
         super::route(b"\x00/c/abc/%2e%2e/x");
         super::route(b"\x01/c/abc");
+        super::raw_head(
+            b"\x07POST /c/x HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\nx",
+        );
+        super::raw_head(b"\x03\r\nGET / HTTP/1.1\nTransfer-Encoding: chunked\n\n");
     }
 
     /// fuzz/artifacts/headers/crash-631a828c: a Location whose host held

@@ -107,9 +107,8 @@ enum Head {
     /// Nothing read since tessera last wrote (or since the connection
     /// opened).
     Awaited,
-    /// Part of a head read; `tail` holds its last bytes, for a blank line
-    /// split across reads.
-    Partial { tail: [u8; 3] },
+    /// Part of a head read, followed by `scan`.
+    Partial,
     /// The head's end was read, or the client closed its side: nothing to
     /// answer here until tessera writes again.
     Done,
@@ -120,11 +119,29 @@ enum Head {
 /// The longest header name checked, with its colon.
 const NAME: usize = b"transfer-encoding:".len();
 
-/// The framing headers among one head's lines.
+/// Where a scan stands within a head's lines.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+enum At {
+    /// Before the request line: empty lines are skipped, as hyper's parser
+    /// (httparse) skips them.
+    #[default]
+    Start,
+    /// Inside the request line or a header line.
+    Line,
+    /// Just after a line's `\n`.
+    LineStart,
+    /// After a `\r` at a line's start: `\n` next makes the blank line.
+    LineStartCr,
+}
+
+/// One head's lines as they arrive, read the way hyper reads them (a line
+/// ends at `\n`, with or without `\r`; the head ends at an empty line):
+/// where the head ends, and how often the two framing headers occur.
 #[derive(Clone, Copy, Default, Debug)]
-struct Framing {
-    /// The start of the line under way, while it may still be one of the
-    /// two names.
+struct Scan {
+    at: At,
+    /// The start of the header line under way, while it may still be one
+    /// of the two names.
     line: [u8; NAME],
     kept: u8,
     keeping: bool,
@@ -132,33 +149,68 @@ struct Framing {
     transfer_encoding: u8,
 }
 
-impl Framing {
-    /// Follows the head's bytes; the request line is never a header, so
-    /// keeping starts at the first line break.
-    fn scan(&mut self, mut bytes: &[u8]) {
-        loop {
-            let end = memchr::memchr(b'\n', bytes);
-            if self.keeping {
-                let line = &bytes[..end.unwrap_or(bytes.len())];
-                let kept = usize::from(self.kept);
-                let take = (NAME - kept).min(line.len());
-                self.line[kept..kept + take].copy_from_slice(&line[..take]);
-                self.kept += take as u8;
-                if usize::from(self.kept) == NAME || end.is_some() {
-                    self.classify();
+impl Scan {
+    /// Follows `bytes`; `Some(n)` when the head ends with `bytes[..n]`.
+    fn feed(&mut self, bytes: &[u8]) -> Option<usize> {
+        let mut i = 0;
+        while i < bytes.len() {
+            match self.at {
+                At::Start => {
+                    if !matches!(bytes[i], b'\r' | b'\n') {
+                        self.at = At::Line;
+                        continue;
+                    }
+                    i += 1;
+                }
+                At::LineStart | At::LineStartCr => {
+                    match (self.at, bytes[i]) {
+                        (_, b'\n') => {
+                            self.at = At::Start;
+                            return Some(i + 1);
+                        }
+                        (At::LineStart, b'\r') => {
+                            self.at = At::LineStartCr;
+                            i += 1;
+                            continue;
+                        }
+                        // A header line (or, after a lone CR, something
+                        // hyper refuses anyway). Most lines are ruled out
+                        // by their first byte.
+                        (_, first) => {
+                            self.kept = 0;
+                            self.keeping = matches!(first | 0x20, b'c' | b't');
+                            self.at = At::Line;
+                        }
+                    }
+                }
+                At::Line => {
+                    let rest = &bytes[i..];
+                    let end = memchr::memchr(b'\n', rest);
+                    if self.keeping {
+                        self.keep(&rest[..end.unwrap_or(rest.len())], end.is_some());
+                    }
+                    match end {
+                        None => return None,
+                        Some(n) => {
+                            i += n + 1;
+                            self.at = At::LineStart;
+                        }
+                    }
                 }
             }
-            let Some(end) = end else { return };
-            bytes = &bytes[end + 1..];
-            self.kept = 0;
-            // Most lines are ruled out by their first byte.
-            self.keeping = bytes
-                .first()
-                .is_none_or(|b| matches!(b | 0x20, b'c' | b't'));
         }
+        None
     }
 
-    fn classify(&mut self) {
+    /// Keeps the start of a header line until it can be told apart.
+    fn keep(&mut self, part: &[u8], line_ends: bool) {
+        let kept = usize::from(self.kept);
+        let take = (NAME - kept).min(part.len());
+        self.line[kept..kept + take].copy_from_slice(&part[..take]);
+        self.kept += take as u8;
+        if usize::from(self.kept) < NAME && !line_ends {
+            return;
+        }
         self.keeping = false;
         let line = &self.line[..usize::from(self.kept)];
         let named =
@@ -170,16 +222,30 @@ impl Framing {
         }
     }
 
+    /// The head frames its body twice.
     fn twice(&self) -> bool {
         self.content_length > 1 || (self.content_length > 0 && self.transfer_encoding > 0)
     }
+}
+
+/// For the fuzz target: feeds `head` to a scan in two parts, split at
+/// `split`, and returns where it saw the head end and the counts of
+/// `Content-Length` and `Transfer-Encoding` lines.
+#[doc(hidden)]
+pub fn scan_for_fuzzing(head: &[u8], split: usize) -> (Option<usize>, u8, u8) {
+    let mut scan = Scan::default();
+    let split = split.min(head.len());
+    let end = scan
+        .feed(&head[..split])
+        .or_else(|| scan.feed(&head[split..]).map(|n| split + n));
+    (end, scan.content_length, scan.transfer_encoding)
 }
 
 /// A socket whose head is answered here when hyper cannot answer it.
 pub struct Watched {
     io: TcpStream,
     head: Head,
-    framing: Framing,
+    scan: Scan,
     answers: Arc<HeadAnswers>,
 }
 
@@ -188,42 +254,11 @@ impl Watched {
         Watched {
             io,
             head: Head::Awaited,
-            framing: Framing::default(),
+            scan: Scan::default(),
             answers,
         }
     }
-}
 
-/// The state after `read` arrives in state `head` (not `Done` or
-/// `Refused`), and how many of its bytes belong to the head.
-fn advance(head: Head, read: &[u8]) -> (Head, usize) {
-    let tail = match head {
-        Head::Done | Head::Refused => return (head, 0),
-        _ if read.is_empty() => return (Head::Done, 0),
-        Head::Partial { tail } => tail,
-        _ => [0; 3],
-    };
-    // The blank line may straddle the previous read: look at its last
-    // three bytes followed by the first three of this one.
-    let mut seam = [0u8; 6];
-    seam[..3].copy_from_slice(&tail);
-    let n = read.len().min(3);
-    seam[3..3 + n].copy_from_slice(&read[..n]);
-    if let Some(at) = memchr::memmem::find(&seam[..3 + n], b"\r\n\r\n") {
-        return (Head::Done, at + 1);
-    }
-    if let Some(at) = memchr::memmem::find(read, b"\r\n\r\n") {
-        return (Head::Done, at + 4);
-    }
-    // The last three bytes read so far.
-    let mut next = [0u8; 3];
-    let keep = 3 - n;
-    next[..keep].copy_from_slice(&tail[n..]);
-    next[keep..].copy_from_slice(&read[read.len() - n..]);
-    (Head::Partial { tail: next }, read.len())
-}
-
-impl Watched {
     /// tessera wrote: the next bytes read start a new head.
     fn answered(&mut self) {
         if self.head != Head::Refused {
@@ -248,13 +283,20 @@ impl AsyncRead for Watched {
             return r;
         }
         let read = &buf.filled()[before..];
-        if this.head == Head::Awaited {
-            this.framing = Framing::default();
+        if read.is_empty() {
+            // The client closed its side: nothing more will arrive.
+            this.head = Head::Done;
+            return r;
         }
-        let (head, len) = advance(this.head, read);
-        this.framing.scan(&read[..len]);
-        this.head = head;
-        if head == Head::Done && !read.is_empty() && this.framing.twice() {
+        if this.head == Head::Awaited {
+            this.scan = Scan::default();
+        }
+        if this.scan.feed(read).is_none() {
+            this.head = Head::Partial;
+            return r;
+        }
+        this.head = Head::Done;
+        if this.scan.twice() {
             // hyper never sees this head's end: to it the connection
             // closed (with a partial head, which it does not answer).
             buf.set_filled(before);
@@ -304,7 +346,7 @@ impl AsyncWrite for Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        if matches!(self.head, Head::Partial { .. }) {
+        if self.head == Head::Partial {
             self.answers.send(
                 &self.io,
                 408,
@@ -319,62 +361,55 @@ impl Drop for Watched {
 mod tests {
     use super::*;
 
-    fn run(chunks: &[&[u8]]) -> Head {
-        chunks.iter().fold(Head::Awaited, |h, c| advance(h, c).0)
-    }
-
-    #[test]
-    fn a_head_is_done_at_its_blank_line_however_it_is_split() {
-        let head = b"POST /c/x HTTP/1.1\r\nHost: a\r\n\r\n{}";
-        assert_eq!(run(&[head]), Head::Done);
-        for cut in 1..head.len() {
-            assert_eq!(run(&[&head[..cut], &head[cut..]]), Head::Done, "{cut}");
-        }
-        let bytes: Vec<&[u8]> = head.chunks(1).collect();
-        assert_eq!(run(&bytes), Head::Done);
-    }
-
-    #[test]
-    fn a_head_without_its_blank_line_is_partial() {
-        assert!(matches!(
-            run(&[b"POST /c/x HTTP/1.1\r\n", b"Host: a\r\n"]),
-            Head::Partial { .. }
-        ));
-        assert!(matches!(run(&[b"P"]), Head::Partial { .. }));
-        // A lone CRLF pair split oddly is not a blank line.
-        assert!(matches!(
-            run(&[b"GET / HTTP/1.1\r", b"\nX: y\r\n"]),
-            Head::Partial { .. }
-        ));
-    }
-
-    #[test]
-    fn a_closed_side_or_nothing_read_is_not_a_head() {
-        assert_eq!(run(&[]), Head::Awaited);
-        assert_eq!(run(&[b"POST / HT", b""]), Head::Done);
-    }
-
-    /// Counts the framing headers of `head` fed in `chunks` of `size`.
-    fn framing(head: &[u8], size: usize) -> Framing {
-        let mut f = Framing::default();
-        let mut state = Head::Awaited;
+    /// Feeds `head` in chunks of `size`: where the head ended (an offset
+    /// into `head`), and the scan.
+    fn chunked(head: &[u8], size: usize) -> (Option<usize>, Scan) {
+        let mut scan = Scan::default();
+        let mut at = 0;
         for chunk in head.chunks(size) {
-            let (next, len) = advance(state, chunk);
-            f.scan(&chunk[..len]);
-            state = next;
+            if let Some(n) = scan.feed(chunk) {
+                return (Some(at + n), scan);
+            }
+            at += chunk.len();
         }
-        f
+        (None, scan)
+    }
+
+    #[test]
+    fn a_head_ends_at_its_empty_line_however_it_is_split() {
+        let cases: [(&[u8], Option<usize>); 7] = [
+            (b"POST /c/x HTTP/1.1\r\nHost: a\r\n\r\n{}", Some(31)),
+            // A bare LF ends a line too, as hyper reads it.
+            (b"POST /c/x HTTP/1.1\nHost: a\n\n{}", Some(28)),
+            (b"POST /c/x HTTP/1.1\r\nHost: a\n\r\n{}", Some(30)),
+            // Empty lines before the request line are skipped.
+            (b"\r\n\r\nGET / HTTP/1.1\r\n\r\n", Some(22)),
+            (b"POST /c/x HTTP/1.1\r\n", None),
+            (b"POST /c/x HTTP/1.1\r\nHost: a\r\n", None),
+            // A CR that is not followed by LF does not end the line.
+            (b"GET / HTTP/1.1\r\nX: a\r\rb\r\n", None),
+        ];
+        for (head, end) in cases {
+            for size in 1..=head.len() {
+                let what = format!("{:?} in chunks of {size}", String::from_utf8_lossy(head));
+                assert_eq!(chunked(head, size).0, end, "{what}");
+            }
+        }
     }
 
     #[test]
     fn framing_headers_are_counted_however_the_head_is_split() {
-        let cases: [(&[u8], u8, u8, bool); 7] = [
+        let cases: [(&[u8], u8, u8, bool); 9] = [
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}", 1, 0, false),
             (b"POST / HTTP/1.1\r\ncontent-length: 2\r\nCONTENT-LENGTH: 2\r\n\r\n", 2, 0, true),
             (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n", 1, 1, true),
             (b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n", 0, 1, false),
+            // Bare LF line ends and empty lines before the request line do
+            // not hide a second length.
+            (b"POST / HTTP/1.1\ncontent-length: 2\ncontent-length: 2\n\n", 2, 0, true),
+            (b"\r\n\r\nPOST / HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n", 2, 0, true),
             // Names that merely start alike, values that look like names,
-            // and a body after the blank line are not counted.
+            // and a body after the empty line are not counted.
             (b"POST / HTTP/1.1\r\nContent-Lengthy: 1\r\nX: content-length: 2\r\nContent-Length: 3\r\n\r\ncontent-length: 9\r\n", 1, 0, false),
             (b"POST / HTTP/1.1\r\nContent-Type: a\r\nTE: trailers\r\ncontent-length: 0\r\n\r\n", 1, 0, false),
             // The request line is not a header.
@@ -382,10 +417,15 @@ mod tests {
         ];
         for (head, cl, te, twice) in cases {
             for size in 1..=head.len() {
-                let f = framing(head, size);
-                let what = format!("{} in chunks of {size}", String::from_utf8_lossy(head));
-                assert_eq!((f.content_length, f.transfer_encoding), (cl, te), "{what}");
-                assert_eq!(f.twice(), twice, "{what}");
+                let (end, scan) = chunked(head, size);
+                let what = format!("{:?} in chunks of {size}", String::from_utf8_lossy(head));
+                assert!(end.is_some(), "{what}");
+                assert_eq!(
+                    (scan.content_length, scan.transfer_encoding),
+                    (cl, te),
+                    "{what}"
+                );
+                assert_eq!(scan.twice(), twice, "{what}");
             }
         }
     }
