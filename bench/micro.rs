@@ -188,7 +188,12 @@ fn benches(c: &mut Criterion) {
         ),
     ] {
         assert!(policies.evaluate(&ask).allowed || name.contains("example"));
+        // Decided before: the cache's answer, as in steady state.
         c.bench_function(name, |b| b.iter(|| policies.evaluate(black_box(&ask))));
+        // The first decision for a caller, connection, action and context.
+        c.bench_function(&format!("{name}, uncached"), |b| {
+            b.iter(|| policies.evaluate_uncached(black_box(&ask)))
+        });
     }
     c.bench_function("audit arguments digest (SHA-256 as sent)", |b| {
         b.iter(|| tessera::audit::sha256_hex(black_box(m.arguments().unwrap().as_bytes())))

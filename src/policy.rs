@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use cedar_policy::{
     Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId, PolicySet,
@@ -96,20 +96,27 @@ pub struct Policies {
     /// per request (building the whole context was most of a decision's
     /// cost).
     uses: ContextUse,
-    /// Decisions already made, when no policy reads the context: then a
-    /// decision depends only on caller, connection and action.
+    /// Decisions already made, unless a policy reads the arguments: a
+    /// decision depends only on caller, connection, action and the context
+    /// attributes the policies read, which are small and repeat.
     cache: Option<std::sync::Mutex<DecisionCache>>,
     engine: cedar_policy::Authorizer,
 }
 
-/// Decisions of a context-free policy set for one snapshot revision, keyed
-/// by caller, a hash of the connection id, and action; the entry keeps the
-/// id itself, so a hash collision is a miss, never someone else's decision.
+/// Decisions for one snapshot revision and one time bucket, keyed by
+/// caller, action and a hash of the connection id and the context
+/// attributes read; the entry keeps those values, so a hash collision is a
+/// miss, never someone else's decision.
 #[derive(Default)]
 struct DecisionCache {
     revision: i64,
-    map: HashMap<(i64, u64, &'static str), (Box<str>, Evaluation)>,
+    /// The time the decisions hold for (see [`Policies::time_bucket`]).
+    time: i64,
+    map: HashMap<(i64, u64, &'static str), (Keyed, Evaluation)>,
 }
+
+/// The values a cached decision was made on, besides caller and action.
+type Keyed = Box<[Option<Box<str>>]>;
 
 /// Entries kept before the cache starts over.
 const CACHE_LIMIT: usize = 100_000;
@@ -126,6 +133,9 @@ struct ContextUse {
     protocol_version: bool,
     origin: bool,
     time: bool,
+    /// `context.time.unix`: the time to the second. Without it the time
+    /// attributes (hour, minute, weekday) change once a minute.
+    time_unix: bool,
 }
 
 impl ContextUse {
@@ -139,6 +149,7 @@ impl ContextUse {
             u.protocol_version |= t.contains("protocol_version");
             u.origin |= t.contains("origin");
             u.time |= t.contains("time");
+            u.time_unix |= t.contains("unix");
         }
         u
     }
@@ -352,7 +363,8 @@ impl Policies {
             set,
             schema,
             uses,
-            cache: (uses == ContextUse::default()).then(Default::default),
+            // Arguments can be megabytes and rarely repeat: not a key.
+            cache: (!uses.arguments).then(Default::default),
             origin: origin.to_string(),
             files: files.into_iter().map(|(f, _)| f).collect(),
             actions,
@@ -395,9 +407,9 @@ impl Policies {
         }
     }
 
-    /// Evaluate one request (from the cache when the policies read no
-    /// context and this caller, connection and action were decided before
-    /// on the same snapshot).
+    /// Evaluate one request (from the cache when this caller, action,
+    /// connection and the context attributes the policies read were
+    /// decided before, on the same snapshot and in the same time bucket).
     pub fn evaluate(&self, req: &AuthzRequest<'_>) -> Evaluation {
         let Some(cache) = &self.cache else {
             return self.evaluate_uncached(req);
@@ -406,15 +418,18 @@ impl Policies {
         let Some((&action, _)) = self.actions.get_key_value(name) else {
             return self.evaluate_uncached(req);
         };
-        let key = (req.caller.id, fx_hash(req.connection_id), action);
+        let values = self.keyed_values(req);
+        let key = (req.caller.id, fx_hash(&values), action);
+        let time = self.time_bucket(req.time);
         {
             let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
-            if c.revision != req.revision {
+            if c.revision != req.revision || c.time != time {
                 c.map.clear();
                 c.revision = req.revision;
+                c.time = time;
             }
-            if let Some((id, e)) = c.map.get(&key) {
-                if **id == *req.connection_id {
+            if let Some((kept, e)) = c.map.get(&key) {
+                if kept.iter().map(Option::as_deref).eq(values) {
                     return e.clone();
                 }
             }
@@ -422,17 +437,53 @@ impl Policies {
         let e = self.evaluate_uncached(req);
         if e.errors.is_empty() {
             let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
-            if c.revision == req.revision {
+            if c.revision == req.revision && c.time == time {
                 if c.map.len() >= CACHE_LIMIT {
                     c.map.clear();
                 }
-                c.map.insert(key, (req.connection_id.into(), e.clone()));
+                let kept = values.iter().map(|v| v.map(Box::from)).collect();
+                c.map.insert(key, (kept, e.clone()));
             }
         }
         e
     }
 
-    fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Evaluation {
+    /// What a decision depends on besides caller, action and time: the
+    /// connection id and the context attributes the policies read (`None`
+    /// for one they do not read).
+    fn keyed_values<'a>(&self, req: &AuthzRequest<'a>) -> [Option<&'a str>; 6] {
+        let u = self.uses;
+        let read = |used: bool, v: Option<&'a str>| if used { v } else { None };
+        [
+            Some(req.connection_id),
+            read(u.http_method, Some(req.http_method.as_str())),
+            read(u.rpc_method, req.rpc_method),
+            read(u.tool, req.tool),
+            read(u.protocol_version, req.protocol_version),
+            read(u.origin, req.origin),
+        ]
+    }
+
+    /// The time a decision holds for: forever when no policy reads the
+    /// time, the minute (what hour, minute and weekday derive from), or
+    /// the second when a policy reads `unix`.
+    fn time_bucket(&self, t: SystemTime) -> i64 {
+        if !self.uses.time {
+            return 0;
+        }
+        let unix = t
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if self.uses.time_unix {
+            unix
+        } else {
+            unix.div_euclid(60)
+        }
+    }
+
+    /// Evaluate one request without the cache: what a first decision
+    /// costs (the micro-benchmark measures both).
+    pub fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Evaluation {
         let deny = |why: String| Evaluation {
             allowed: false,
             ask: false,
@@ -623,11 +674,14 @@ fn uid(kind: &str, id: &str) -> EntityUid {
     EntityUid::from_type_name_and_id(type_name(kind), EntityId::new(id))
 }
 
-/// A fast non-cryptographic hash (FNV-1a) of a connection id for the
-/// decision cache; entries keep the id, so collisions only cost a miss.
-fn fx_hash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+/// A fast non-cryptographic hash (FNV-1a) of the decision cache's values;
+/// entries keep the values, so collisions only cost a miss.
+fn fx_hash(values: &[Option<&str>]) -> u64 {
+    let byte = |h: u64, b: u8| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    values.iter().fold(0xcbf2_9ce4_8422_2325, |h, v| match v {
+        // A marker before each value: ("ab", "") and ("a", "b") differ.
+        None => byte(h, 0),
+        Some(s) => s.bytes().fold(byte(h, 1), byte),
     })
 }
 
@@ -906,6 +960,11 @@ mod tests {
 
     /// The shipped default plus the named examples, loaded from a folder
     /// the way `serve --policies` does.
+    /// Whether the agent may list tools on its own connection at `t`.
+    fn lists(p: &Policies, w: &World, t: SystemTime) -> bool {
+        ask(p, w, "agent", "c-agent", "tools/list", None, t).allowed
+    }
+
     fn with_examples(names: &[&str]) -> Policies {
         let dir = tempfile::tempdir().unwrap();
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
@@ -945,8 +1004,53 @@ mod tests {
         }
         let cached = p.cache.as_ref().unwrap().lock().unwrap().map.len();
         assert_eq!(cached, 3);
-        // Policies that read the context are never cached.
-        assert!(with_examples(&["business-hours"]).cache.is_none());
+    }
+
+    #[test]
+    fn cached_decisions_follow_the_context_the_policies_read() {
+        let p = with_examples(&["tool-deny-list", "business-hours"]);
+        let w = world(&p);
+        let call = |tool, t| ask(&p, &w, "agent", "c-agent", "tools/call", Some(tool), t).allowed;
+        // Twice each, in turn: a cached allow never answers another tool,
+        // and a cached decision never outlives its minute.
+        for _ in 0..2 {
+            assert!(call("update_issue", monday_at(10)));
+            assert!(!call("delete_repo", monday_at(10)));
+            assert!(
+                !call("update_issue", monday_at(3)),
+                "outside business hours"
+            );
+            assert!(call("update_issue", monday_at(10)));
+            let late = monday_at(17) + Duration::from_secs(59 * 60);
+            assert!(call("update_issue", late));
+            assert!(!call("update_issue", late + Duration::from_secs(60)));
+        }
+        // A policy that reads the time to the second (here: forbids the
+        // second after Monday 10:00) is decided per second.
+        let dir = tempfile::tempdir().unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        std::fs::copy(root.join("default.cedar"), dir.path().join("default.cedar")).unwrap();
+        std::fs::write(
+            dir.path().join("odd.cedar"),
+            "@id(\"one-second\")\nforbid (principal, action, resource)\n\
+             when { context.time.unix == 1796637601 };\n",
+        )
+        .unwrap();
+        let p = Policies::load_dir(dir.path()).unwrap();
+        let w = world(&p);
+        let at = |s| lists(&p, &w, monday_at(10) + Duration::from_secs(s));
+        assert_eq!(
+            [at(0), at(1), at(2), at(1), at(0)],
+            [true, false, true, false, true]
+        );
+        // Policies that read the arguments are never cached.
+        std::fs::write(
+            dir.path().join("args.cedar"),
+            "@id(\"no-secrets\")\nforbid (principal, action, resource)\n\
+             when { context has arguments && context.arguments like \"*secret*\" };\n",
+        )
+        .unwrap();
+        assert!(Policies::load_dir(dir.path()).unwrap().cache.is_none());
     }
 
     #[test]
@@ -1007,18 +1111,7 @@ mod tests {
         assert!(!e.allowed);
         assert_eq!(e.policies, ["tools-in-business-hours"]);
         // Outside hours, listing is still fine.
-        assert!(
-            ask(
-                &p,
-                &w,
-                "agent",
-                "c-agent",
-                "tools/list",
-                None,
-                monday_at(22)
-            )
-            .allowed
-        );
+        assert!(lists(&p, &w, monday_at(22)));
     }
 
     #[test]
