@@ -358,7 +358,15 @@ impl Policies {
             ])
             .map(|a| (*a, uid("Action", a)))
             .collect();
-        let uses = ContextUse::of(files.iter().map(|(_, t)| t.as_str()));
+        // Read from the policies' JSON form, which has no comments: a
+        // comment naming `arguments` must not turn the decision cache off.
+        // Should a policy have no JSON form, the file texts stand in.
+        let texts = set
+            .policies()
+            .map(|p| p.to_json().map(|j| j.to_string()))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_or_else(|_| files.iter().map(|(_, t)| t.clone()).collect());
+        let uses = ContextUse::of(texts.iter().map(String::as_str));
         Ok(Policies {
             set,
             schema,
@@ -1043,7 +1051,16 @@ mod tests {
             [at(0), at(1), at(2), at(1), at(0)],
             [true, false, true, false, true]
         );
-        // Policies that read the arguments are never cached.
+        // Every example is cached, although one's comment names the
+        // arguments; policies that read them are never cached.
+        let all = with_examples(&[
+            "read-only",
+            "tool-deny-list",
+            "group-one-upstream",
+            "business-hours",
+            "ask-for-writes",
+        ]);
+        assert!(all.cache.is_some(), "{:?}", all.uses);
         std::fs::write(
             dir.path().join("args.cedar"),
             "@id(\"no-secrets\")\nforbid (principal, action, resource)\n\
