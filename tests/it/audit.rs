@@ -200,3 +200,52 @@ async fn audit_follow_prints_records_as_they_are_written() {
     );
     assert_eq!(next_tool().await, "after_follow");
 }
+
+/// Batches are written as power-of-two chunks in one transaction: every
+/// size from 1 to past two full chunks lands whole, in order, each record
+/// with its own values.
+#[tokio::test]
+async fn batches_of_every_size_land_whole_and_in_order() {
+    let dir = Proxy::dir();
+    let url = database_url(dir.path()).map(|u| u.parse().unwrap());
+    let store = tessera::store::Store::open(dir.path(), url.as_ref())
+        .await
+        .unwrap();
+    let record = |i: i64| tessera::audit::AuditRecord {
+        id: 0,
+        at: 1_796_300_000_000 + i,
+        caller: format!("agent-{i}"),
+        connection: "c".repeat(32),
+        http_method: "POST".into(),
+        rpc_method: Some("tools/call".into()),
+        tool: (i % 2 == 0).then(|| format!("tool-{i}")),
+        verdict: if i % 3 == 0 { "deny" } else { "allow" }.into(),
+        reason: Some(format!("policy-{i}")),
+        arguments_sha256: None,
+        arguments: (i % 5 == 0).then(|| format!("{{\"n\":{i}}}")),
+        status: 200 + (i % 7) as u16,
+        duration_us: i,
+    };
+    let mut next = 0;
+    let mut sizes: Vec<i64> = (1..=33).collect();
+    sizes.extend([255, 256, 257, 300, 511, 512, 513, 700]);
+    for n in sizes {
+        let batch: Vec<_> = (next..next + n).map(record).collect();
+        store.insert_audit(&batch).await.unwrap();
+        next += n;
+    }
+    let rows = store
+        .audit(&tessera::audit::AuditQuery {
+            limit: 100_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len() as i64, next);
+    for (i, row) in rows.into_iter().enumerate() {
+        assert_eq!(
+            tessera::audit::AuditRecord { id: 0, ..row },
+            record(i as i64)
+        );
+    }
+}
