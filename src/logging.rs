@@ -155,14 +155,24 @@ fn write_time(w: &mut dyn std::fmt::Write, t: SystemTime) -> std::fmt::Result {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + u64::from(month <= 2);
-    write!(
-        w,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3_600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    // Digits into a fixed buffer: `write!` with widths cost 2,200
+    // instructions per access line (callgrind), a tenth of the request.
+    let mut b = *b"0000-00-00T00:00:00.000000Z";
+    let mut put = |at: usize, width: usize, mut v: u64| {
+        for i in (at..at + width).rev() {
+            b[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, rem / 3_600);
+    put(14, 2, rem / 60 % 60);
+    put(17, 2, rem % 60);
+    put(20, 6, u64::from(d.subsec_micros()));
+    // Only ASCII digits and separators were written.
+    w.write_str(std::str::from_utf8(&b).map_err(|_| std::fmt::Error)?)
 }
 
 /// Writes ` key=value` (or `,"key":value` in JSON) for each field; the
@@ -213,10 +223,10 @@ impl Visit for Fields<'_> {
         self.text(f, v);
     }
     fn record_u64(&mut self, f: &Field, v: u64) {
-        self.put(f, |w| write!(w, "{v}"));
+        self.put(f, |w| w.write_str(itoa::Buffer::new().format(v)));
     }
     fn record_i64(&mut self, f: &Field, v: i64) {
-        self.put(f, |w| write!(w, "{v}"));
+        self.put(f, |w| w.write_str(itoa::Buffer::new().format(v)));
     }
     fn record_bool(&mut self, f: &Field, v: bool) {
         self.put(f, |w| w.write_str(if v { "true" } else { "false" }));
