@@ -5,7 +5,7 @@
 
 use http::{header, HeaderMap, HeaderName, StatusCode};
 
-use crate::forward::remove_hop_by_hop;
+use crate::forward::remove_hop_by_hop_and;
 
 /// Response headers never passed to the caller.
 /// - `WWW-Authenticate`, `Proxy-Authenticate`: a relayed challenge makes an
@@ -22,11 +22,9 @@ const DROPPED_RESPONSE_HEADERS: [HeaderName; 4] = [
 
 /// Filter response headers in place.
 pub fn filter_response_headers(h: &mut HeaderMap) {
-    remove_hop_by_hop(h);
-    for name in &DROPPED_RESPONSE_HEADERS {
-        h.remove(name);
-    }
-    h.remove("set-cookie2");
+    remove_hop_by_hop_and(h, |n| {
+        DROPPED_RESPONSE_HEADERS.contains(n) || n.as_str() == "set-cookie2"
+    });
 }
 
 /// Drop a `Location` (or `Content-Location`) that would send the caller
@@ -80,6 +78,13 @@ mod tests {
         h.insert(header::TRANSFER_ENCODING, v("chunked"));
         h.insert(header::CONTENT_TYPE, v("text/event-stream"));
         h.insert("mcp-session-id", v("s1"));
+        // Every listed name, whatever else the map holds.
+        for n in ["proxy-authenticate", "alt-svc", "set-cookie2", "keep-alive"] {
+            h.insert(n, v("1"));
+        }
+        for n in ["proxy-connection", "te", "trailer", "upgrade"] {
+            h.insert(n, v("1"));
+        }
         filter_response_headers(&mut h);
         let mut names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         names.sort();

@@ -92,16 +92,30 @@ pub fn is_reserved_request_header(h: &HeaderName) -> bool {
     (STRIPPED_REQUEST.contains(h) && *h != header::AUTHORIZATION) || HOP_BY_HOP.contains(h)
 }
 
-/// Remove hop-by-hop headers, including those the `Connection` header names.
-pub fn remove_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named.iter().chain(HOP_BY_HOP.iter()) {
+/// Remove hop-by-hop headers, including those the `Connection` header
+/// names, and every header `also` picks.
+///
+/// One pass over the names present finds them, so a name is hashed only to
+/// be removed: a `remove` per listed name hashed all thirteen of them,
+/// present or not.
+pub fn remove_hop_by_hop_and(h: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+    if h.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for n in &named {
+            h.remove(n);
+        }
+    }
+    while let Some(n) = h
+        .keys()
+        .find(|n| HOP_BY_HOP.contains(n) || also(n))
+        .cloned()
+    {
         h.remove(n);
     }
 }
@@ -111,10 +125,7 @@ pub fn remove_hop_by_hop(h: &mut HeaderMap) {
 /// `MCP-Protocol-Version`, `Last-Event-ID`, `Accept`, `Content-Type`,
 /// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`, …) passes unchanged.
 pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection) {
-    remove_hop_by_hop(h);
-    for n in &STRIPPED_REQUEST {
-        h.remove(n);
-    }
+    remove_hop_by_hop_and(h, |n| STRIPPED_REQUEST.contains(n));
     // `insert` replaces every value the caller may have sent under the
     // credential's header name (e.g. its own X-Api-Key).
     h.insert(inj.name.clone(), inj.value.clone());
@@ -235,6 +246,19 @@ mod tests {
         h.insert(header::CONNECTION, v("x-hop"));
         h.insert("x-hop", v("1"));
         h.insert(header::TE, v("trailers"));
+        for n in [
+            "host",
+            "origin",
+            "content-length",
+            "keep-alive",
+            "proxy-connection",
+        ] {
+            h.insert(n, v("1"));
+        }
+        for n in ["trailer", "transfer-encoding", "upgrade"] {
+            h.append(n, v("1"));
+            h.append(n, v("2"));
+        }
         for keep in [
             "mcp-session-id",
             "mcp-protocol-version",
@@ -257,7 +281,21 @@ mod tests {
             ["Bearer stored"]
         );
         assert!(h.get(header::AUTHORIZATION).unwrap().is_sensitive());
-        for gone in ["proxy-authorization", "cookie", "connection", "x-hop", "te"] {
+        for gone in [
+            "proxy-authorization",
+            "cookie",
+            "connection",
+            "x-hop",
+            "te",
+            "host",
+            "origin",
+            "content-length",
+            "keep-alive",
+            "proxy-connection",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+        ] {
             assert!(!h.contains_key(gone), "{gone}");
         }
         assert_eq!(h.len(), 9);
