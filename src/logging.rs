@@ -242,8 +242,10 @@ impl Visit for Fields<'_> {
 /// control characters escaped.
 fn write_value(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
     let bare = !v.is_empty()
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@+,".contains(&b));
+        && v.bytes().all(|b| {
+            matches!(b, b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9'
+                | b'-' | b'_' | b'.' | b'/' | b':' | b'@' | b'+' | b',')
+        });
     if bare {
         return w.write_str(v);
     }
