@@ -363,9 +363,9 @@ impl Policies {
         // Should a policy have no JSON form, the file texts stand in.
         let texts = set
             .policies()
-            .map(|p| p.to_json().map(|j| j.to_string()))
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap_or_else(|_| files.iter().map(|(_, t)| t.clone()).collect());
+            .map(|p| p.to_json().ok().map(|j| j.to_string()))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_else(|| files.iter().map(|(_, t)| t.clone()).collect());
         let uses = ContextUse::of(texts.iter().map(String::as_str));
         Ok(Policies {
             set,
