@@ -396,6 +396,18 @@ impl Store {
         Ok(Revision { data, policies })
     }
 
+    /// A write transaction. On SQLite it takes the write lock up front
+    /// (`BEGIN IMMEDIATE`), waiting out the busy timeout for it: a deferred
+    /// transaction that reads first takes the lock at its first write, and
+    /// fails at once ("database is locked") if another connection, such as
+    /// a serving process's audit writer, committed since it read.
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
     async fn bump(tx: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
         sqlx::query("UPDATE revision SET value = value + 1 WHERE id = 1")
             .execute(tx)
@@ -405,7 +417,7 @@ impl Store {
 
     /// Tell every serving process to read its policy folder again.
     pub async fn bump_policies(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query("UPDATE revision SET value = value + 1, policies = policies + 1 WHERE id = 1")
             .execute(&mut *tx)
             .await?;
@@ -413,7 +425,7 @@ impl Store {
     }
 
     pub async fn add_credential(&self, c: NewCredential<'_>) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let r = sqlx::query(
             "INSERT INTO credentials (name, upstream, scheme, header_name, username, sealed, created_at, oauth)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -445,7 +457,7 @@ impl Store {
     /// Replace a credential's sealed secret. Serving processes pick it up
     /// with the revision; requests already sent keep the old one.
     pub async fn set_credential_secret(&self, name: &str, sealed: &[u8]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let r = sqlx::query("UPDATE credentials SET sealed = $1 WHERE name = $2")
             .bind(sealed)
             .bind(name)
@@ -497,7 +509,7 @@ impl Store {
         expires_at: Option<i64>,
         sealed_secrets: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         write_oauth_token(
             &mut tx,
             credential,
@@ -521,7 +533,7 @@ impl Store {
         let tx = match self.backend {
             Backend::Sqlite => None,
             Backend::Postgres => {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin().await?;
                 let found: Option<i64> =
                     sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1 FOR UPDATE")
                         .bind(credential)
@@ -572,7 +584,7 @@ impl Store {
         &self,
         values: &[(&'static str, String, Vec<u8>)],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         for (table, name, sealed) in values {
             let sql = match *table {
                 "credentials" => "UPDATE credentials SET sealed = $1 WHERE name = $2",
@@ -612,7 +624,7 @@ impl Store {
         token_sha256: &[u8; 32],
         groups: &[String],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let r = sqlx::query(
             "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -662,7 +674,7 @@ impl Store {
             ),
         };
         let name = || key.to_string();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let revoked: Option<Option<i64>> = sqlx::query_scalar(select)
             .bind(key)
             .fetch_optional(&mut *tx)
@@ -688,7 +700,7 @@ impl Store {
         name: &str,
         token_sha256: &[u8; 32],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let r = sqlx::query(
             "INSERT INTO admin_tokens (name, token_sha256, created_at) VALUES ($1, $2, $3)",
         )
@@ -926,7 +938,7 @@ impl Store {
             // audit writer abandons (no answer from a partitioned server)
             // is rolled back, not left to land after its retry.
             Backend::Postgres => {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin().await?;
                 q.execute(&mut *tx).await?;
                 tx.commit().await?;
             }
@@ -1119,7 +1131,7 @@ impl Store {
         expires_at: Option<i64>,
         uses: Option<i64>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let r = sqlx::query(
             "UPDATE approvals SET status = $1, decided_at = $2, expires_at = $3, uses_left = $4 \
              WHERE id = $5 AND status != $6",
@@ -1159,7 +1171,7 @@ impl Store {
         caller: &str,
         credential: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let c: Option<(i64, Option<i64>)> =
             sqlx::query_as("SELECT id, revoked_at FROM callers WHERE name = $1")
                 .bind(caller)

@@ -200,3 +200,69 @@ async fn audit_follow_prints_records_as_they_are_written() {
     );
     assert_eq!(next_tool().await, "after_follow");
 }
+
+/// A record with values that differ per `i`, for store-level tests.
+fn record(i: i64) -> tessera::audit::AuditRecord {
+    tessera::audit::AuditRecord {
+        id: 0,
+        at: 1_796_300_000_000 + i,
+        caller: format!("agent-{i}"),
+        connection: "c".repeat(32),
+        http_method: "POST".into(),
+        rpc_method: Some("tools/call".into()),
+        tool: (i % 2 == 0).then(|| format!("tool-{i}")),
+        verdict: if i % 3 == 0 { "deny" } else { "allow" }.into(),
+        reason: Some(format!("policy-{i}")),
+        arguments_sha256: None,
+        arguments: (i % 5 == 0).then(|| format!("{{\"n\":{i}}}")),
+        status: 200 + (i % 7) as u16,
+        duration_us: i,
+    }
+}
+
+/// An admin command (another process, its own connections) changes the
+/// store while the server's audit writer writes batch after batch: each
+/// change waits its turn for the write lock instead of failing with
+/// "database is locked". A SQLite transaction that reads before it writes
+/// cannot take the lock once the writer has committed past what it read,
+/// so admin transactions take the lock up front.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_changes_wait_for_a_busy_audit_writer() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    let dir = Proxy::dir();
+    let url = database_url(dir.path()).map(|u| u.parse().unwrap());
+    let server = tessera::store::Store::open(dir.path(), url.as_ref())
+        .await
+        .unwrap();
+    let admin = tessera::store::Store::open(dir.path(), url.as_ref())
+        .await
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let batch: Vec<_> = (0..300).map(record).collect();
+            let mut batches = 0;
+            while !done.load(Relaxed) {
+                server.insert_audit(&batch).await.unwrap();
+                batches += 1;
+            }
+            batches
+        }
+    });
+    let changes = async {
+        for i in 0..40u8 {
+            let name = format!("caller-{i}");
+            admin.add_caller(&name, &[i; 32], &[]).await?;
+            admin.revoke_caller(&name).await?;
+        }
+        Ok::<_, tessera::store::StoreError>(())
+    }
+    .await;
+    done.store(true, Relaxed);
+    let batches = writer.await.unwrap();
+    changes.expect("every admin change lands while the writer writes");
+    assert!(batches > 1, "the writer wrote {batches} batches meanwhile");
+}
