@@ -516,30 +516,48 @@ impl Proxy {
         // Every data plane logs into the suite's capture, checked for the
         // canary secret by `assert_logs_lack`.
         logs();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let mut cfg = tessera::config::ServeConfig::for_listen(addr);
         cfg.refresh_interval = Duration::from_millis(100);
         // The suite's upstreams run on loopback.
         cfg.egress.allow_private = true;
         tweak(&mut cfg);
-        let url = url.map(|u| u.parse().unwrap());
+        let url: Option<tessera::store::DatabaseUrl> = url.map(|u| u.parse().unwrap());
         let store = tessera::store::Store::open(dir.path(), url.as_ref())
             .await
             .unwrap();
-        let key = tessera::secrets::MasterKey::load(None, dir.path()).unwrap();
-        let (state, _) = tessera::server::State::start(cfg, store.clone(), key, policies)
-            .await
-            .unwrap();
+        // The data plane runs on a thread and runtime of its own, with its
+        // own store, as `tessera serve` runs in a process of its own: a
+        // test blocked on a CLI command (`cli` waits for the process) does
+        // not freeze it, whatever it holds at that moment (the audit
+        // writer's transaction, say).
+        let (started, ready) = tokio::sync::oneshot::channel();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(tessera::server::run(
-            listener,
-            state.clone(),
-            async move {
-                let _ = rx.await;
-            },
-            Duration::from_secs(1),
-        ));
+        let path = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let store = tessera::store::Store::open(&path, url.as_ref())
+                    .await
+                    .unwrap();
+                let key = tessera::secrets::MasterKey::load(None, &path).unwrap();
+                let (state, _) = tessera::server::State::start(cfg, store, key, policies)
+                    .await
+                    .unwrap();
+                let _ = started.send(state.clone());
+                let listener = TcpListener::from_std(listener).unwrap();
+                let shutdown = async move {
+                    let _ = rx.await;
+                };
+                tessera::server::run(listener, state, shutdown, Duration::from_secs(1)).await;
+            });
+        });
+        let state = ready.await.expect("the data plane started");
         Proxy {
             addr,
             dir,
