@@ -272,3 +272,37 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
     changes.expect("every admin change lands while the writer writes");
     assert!(batches > 1, "the writer wrote {batches} batches meanwhile");
 }
+
+/// Batches are written as power-of-two chunks in one transaction: every
+/// size from 1 to past two full chunks lands whole, in order, each record
+/// with its own values.
+#[tokio::test]
+async fn batches_of_every_size_land_whole_and_in_order() {
+    let dir = Proxy::dir();
+    let url = database_url(dir.path()).map(|u| u.parse().unwrap());
+    let store = tessera::store::Store::open(dir.path(), url.as_ref())
+        .await
+        .unwrap();
+    let mut next = 0;
+    let mut sizes: Vec<i64> = (1..=33).collect();
+    sizes.extend([255, 256, 257, 300, 511, 512, 513, 700]);
+    for n in sizes {
+        let batch: Vec<_> = (next..next + n).map(record).collect();
+        store.insert_audit(&batch).await.unwrap();
+        next += n;
+    }
+    let rows = store
+        .audit(&tessera::audit::AuditQuery {
+            limit: 100_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len() as i64, next);
+    for (i, row) in rows.into_iter().enumerate() {
+        assert_eq!(
+            tessera::audit::AuditRecord { id: 0, ..row },
+            record(i as i64)
+        );
+    }
+}
