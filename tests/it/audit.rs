@@ -232,13 +232,8 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
     use std::sync::Arc;
 
     let dir = Proxy::dir();
-    let url = database_url(dir.path()).map(|u| u.parse().unwrap());
-    let server = tessera::store::Store::open(dir.path(), url.as_ref())
-        .await
-        .unwrap();
-    let admin = tessera::store::Store::open(dir.path(), url.as_ref())
-        .await
-        .unwrap();
+    let server = dir.store().await;
+    let admin = dir.store().await;
     let done = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn({
         let done = done.clone();
@@ -279,10 +274,7 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
 #[tokio::test]
 async fn batches_of_every_size_land_whole_and_in_order() {
     let dir = Proxy::dir();
-    let url = database_url(dir.path()).map(|u| u.parse().unwrap());
-    let store = tessera::store::Store::open(dir.path(), url.as_ref())
-        .await
-        .unwrap();
+    let store = dir.store().await;
     let mut next = 0;
     let mut sizes: Vec<i64> = (1..=33).collect();
     sizes.extend([255, 256, 257, 300, 511, 512, 513, 700]);

@@ -360,6 +360,14 @@ pub struct DataDir {
 }
 
 impl DataDir {
+    /// A store on this dir's database, opened as another process would.
+    pub async fn store(&self) -> tessera::store::Store {
+        let url = database_url(self.path()).map(|u| u.parse().unwrap());
+        tessera::store::Store::open(self.path(), url.as_ref())
+            .await
+            .unwrap()
+    }
+
     pub fn new() -> DataDir {
         let dir = tempfile::tempdir().unwrap();
         let database = on_postgres().then(|| {
