@@ -2,7 +2,9 @@
 //! policy needs, read without building a full JSON tree. The body itself is
 //! forwarded byte for byte; this only looks.
 
-use serde::Deserialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::error::ProxyError;
@@ -12,18 +14,18 @@ use crate::error::ProxyError;
 pub struct Message<'a> {
     #[serde(borrow, default)]
     pub id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    pub method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "borrowed")]
+    pub method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     params: Option<Params<'a>>,
-    #[serde(borrow, default)]
-    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "borrowed")]
+    jsonrpc: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
 struct Params<'a> {
-    #[serde(borrow, default)]
-    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "borrowed")]
+    name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "_meta")]
@@ -32,8 +34,23 @@ struct Params<'a> {
 
 #[derive(Debug, Deserialize)]
 struct Meta<'a> {
-    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
-    protocol_version: Option<std::borrow::Cow<'a, str>>,
+    #[serde(
+        borrow,
+        default,
+        rename = "io.modelcontextprotocol/protocolVersion",
+        deserialize_with = "borrowed"
+    )]
+    protocol_version: Option<Cow<'a, str>>,
+}
+
+/// An optional string borrowed from the body unless it holds an escape.
+/// serde borrows a `Cow<str>` field only when the field's type is exactly
+/// that; inside an `Option` it would copy every string, an allocation
+/// each.
+fn borrowed<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Borrowed<'a>>::deserialize(d)?.map(|b| b.0))
 }
 
 impl Message<'_> {
@@ -161,6 +178,18 @@ mod tests {
         let p = peek(br#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p"}}"#)
             .unwrap();
         assert_eq!(p.messages()[0].tool(), None);
+    }
+
+    #[test]
+    fn strings_are_borrowed_from_the_body() {
+        let b = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let p = peek(b).unwrap();
+        let m = &p.messages()[0];
+        let params = m.params.as_ref().unwrap();
+        let meta = params.meta.as_ref().unwrap();
+        for s in [&m.jsonrpc, &m.method, &params.name, &meta.protocol_version] {
+            assert!(matches!(s, Some(Cow::Borrowed(_))), "{s:?} was copied");
+        }
     }
 
     #[test]
