@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
@@ -169,14 +169,21 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
         let mut keep_alive = r.version == Some(1);
         let mut length: Option<u64> = None;
         let mut chunked = None;
-        let mut headers = HeaderMap::with_capacity(r.headers.len());
+        // Framing is judged on the raw fields; the values are then taken
+        // from the head's own bytes, not copied one allocation each.
+        // (httparse has already refused a name or value byte that `http`
+        // would refuse.)
+        let base = buf.as_ptr() as usize;
+        let span = |b: &[u8]| {
+            let at = b.as_ptr() as usize - base;
+            (at as u32, (at + b.len()) as u32)
+        };
+        let mut kept = [((0, 0), (0, 0)); MAX_HEADERS];
+        let mut n = 0;
         for f in r.headers.iter() {
-            let name = HeaderName::from_bytes(f.name.as_bytes())
-                .map_err(|_| Error::Invalid("a header name is not valid"))?;
-            let value = HeaderValue::from_bytes(f.value)
-                .map_err(|_| Error::Invalid("a header value is not valid"))?;
-            if name == header::CONTENT_LENGTH {
-                for n in value.as_bytes().split(|&b| b == b',') {
+            let name = f.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"content-length") {
+                for n in f.value.split(|&b| b == b',') {
                     let n = parse_length(n)?;
                     if length.is_some_and(|l| l != n) {
                         return Err(Error::Invalid("conflicting Content-Length values"));
@@ -186,23 +193,32 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
                 // The body's size hint carries the length on.
                 continue;
             }
-            if name == header::TRANSFER_ENCODING {
+            if name.eq_ignore_ascii_case(b"transfer-encoding") {
                 // Only the last coding frames the message.
                 chunked = Some(
-                    value
-                        .as_bytes()
+                    f.value
                         .rsplit(|&b| b == b',')
                         .next()
                         .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked")),
                 );
                 continue;
             }
-            if name == header::CONNECTION && has_token(value.as_bytes(), b"close") {
+            if name.eq_ignore_ascii_case(b"connection") && has_token(f.value, b"close") {
                 keep_alive = false;
             }
+            kept[n] = (span(name), span(f.value));
+            n += 1;
+        }
+        let head = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(n);
+        for &((name_at, name_end), (value_at, value_end)) in &kept[..n] {
+            let name = HeaderName::from_bytes(&head[name_at as usize..name_end as usize])
+                .map_err(|_| Error::Invalid("a header name is not valid"))?;
+            let value =
+                HeaderValue::from_maybe_shared(head.slice(value_at as usize..value_end as usize))
+                    .map_err(|_| Error::Invalid("a header value is not valid"))?;
             headers.append(name, value);
         }
-        buf.advance(len);
         let framing = if head_request
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED
@@ -464,6 +480,7 @@ pub fn idle_and_open<T: AsyncRead + Unpin>(io: &mut T) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header;
     use http_body::Body as _;
     use http_body_util::BodyExt;
     use tokio::io::{duplex, DuplexStream};
@@ -559,6 +576,45 @@ mod tests {
         assert_eq!(frame.into_data().unwrap(), "hello");
         assert!(body.frame().await.is_none());
         assert!(body.take_reusable().is_some());
+    }
+
+    /// A head that arrives a few bytes at a time, after an interim answer,
+    /// comes out with every field's name and value as sent (values are
+    /// slices of the head's buffer, so each must be the right slice).
+    #[tokio::test]
+    async fn fields_survive_a_head_read_in_pieces() {
+        let (ours, mut theirs) = duplex(7);
+        let req = post("{}");
+        let upstream = async move {
+            let mut seen = vec![0; encode_request(&req).len()];
+            theirs.read_exact(&mut seen).await.unwrap();
+            theirs
+                .write_all(
+                    b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n\
+                      HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                      Set-Cookie: a=1\r\nX-Trace:  spaced\tvalue \xe2\x9c\x93 \r\n\
+                      content-length: 5\r\nSet-Cookie: b=2\r\nX-Empty:\r\n\r\nhello",
+                )
+                .await
+                .unwrap();
+            theirs
+        };
+        let req = post("{}");
+        let (r, _up) = tokio::join!(exchange(ours, &req), upstream);
+        let r = r.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let h = r.headers();
+        assert_eq!(h.len(), 5, "{h:?}");
+        assert_eq!(h["content-type"], "application/json");
+        let cookies: Vec<_> = h.get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(h["x-trace"].as_bytes(), b"spaced\tvalue \xe2\x9c\x93");
+        assert_eq!(h["x-empty"], "");
+        assert!(!h.contains_key("link"), "the interim answer's field");
+        let mut body = r.into_body();
+        assert_eq!(body.size_hint().exact(), Some(5));
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "hello");
     }
 
     #[tokio::test]
