@@ -404,14 +404,16 @@ impl Policies {
     }
 
     /// The action a message (or a bodiless GET/DELETE) is.
-    pub fn action_name<'a>(http_method: &http::Method, rpc_method: Option<&'a str>) -> &'a str {
+    pub fn action_name(http_method: &http::Method, rpc_method: Option<&str>) -> &'static str {
         match (http_method, rpc_method) {
             (&http::Method::GET, _) => "stream/open",
             (&http::Method::DELETE, _) => "session/end",
             (_, None) => "response",
-            (_, Some(m)) if METHOD_ACTIONS.contains(&m) => m,
-            (_, Some(m)) if m.starts_with("notifications/") => "notification",
-            (_, Some(_)) => "other",
+            (_, Some(m)) => match METHOD_ACTIONS.iter().find(|a| **a == m) {
+                Some(a) => a,
+                None if m.starts_with("notifications/") => "notification",
+                None => "other",
+            },
         }
     }
 

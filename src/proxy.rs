@@ -52,7 +52,7 @@ struct Access {
 struct Decided {
     rpc_method: Option<String>,
     /// The policy action (`tools/call`, `stream/open`, …).
-    action: String,
+    action: &'static str,
     tool: Option<String>,
     verdict: Verdict,
     /// What became of a call held for approval.
@@ -488,7 +488,7 @@ impl Decided {
             matches!(verdict, Verdict::Ask(_)).then(|| arguments_digest(ask.arguments));
         Decided {
             rpc_method: ask.rpc_method.map(str::to_string),
-            action: Policies::action_name(ask.http_method, ask.rpc_method).to_string(),
+            action: Policies::action_name(ask.http_method, ask.rpc_method),
             tool: ask.tool.map(str::to_string),
             verdict,
             settled: None,
@@ -572,7 +572,7 @@ async fn enforce(
                 key: CallKey {
                     caller: caller.name.clone(),
                     connection: connection_id.to_string(),
-                    rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.clone()),
+                    rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.to_string()),
                     tool: d.tool.clone().unwrap_or_default(),
                     arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
                 },
