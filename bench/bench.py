@@ -435,8 +435,9 @@ def main():
         per_request = (total - polls - audits) / nreq
         add(tessera, "db", per_request)
         print(f"tessera: {total} statements during {nreq} requests: {polls} background "
-              f"revision polls, {audits} audit batch writes (a batch holds up to 512 "
-              f"records, written by one task off the request path); "
+              f"revision polls, {audits} audit inserts (batches of up to 512 records, "
+              f"each one transaction of inserts of up to 256, written by one task off "
+              f"the request path); "
               f"{total - polls - audits} on the request path", flush=True)
         micro = None if a.smoke else micro_benchmarks()
         table = report(res, a, micro)
@@ -572,7 +573,8 @@ Written by `bench/run.sh` on {now}; tessera at `{rev}`.
   its own TCP connection); RSS of the proxy's processes before and after.
 - Database: tessera's sqlx statement log is counted during a steady wrk run;
   the background revision poll (every 250 ms, independent of load) and the
-  audit trail's batch writes (one task, up to 512 records a statement) are
+  audit trail's inserts (one task; a batch of up to 512 records is one
+  transaction of inserts of up to 256) are
   counted apart from statements on the request path.
 {compared}- Versions: {version(["rustc", "--version"])}; {version(["nginx", "-v"])};
   {version(["wrk", "-v"])}; {version(["oha", "--version"])}.
