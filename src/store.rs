@@ -980,21 +980,33 @@ impl Store {
     /// Audit records matching `q`, oldest first: the newest `q.limit`, or
     /// with `after_id` the first `q.limit` after it.
     pub async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT * FROM audit \
-             WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
-               AND ($3 IS NULL OR at >= $3) AND id > $4 \
-             ORDER BY id * $6 LIMIT $5) AS newest ORDER BY id",
-        )
-        .bind(&q.caller)
-        .bind(&q.connection)
-        .bind(q.since)
-        .bind(q.after_id.unwrap_or(0))
-        .bind(q.limit)
-        // After an id: the oldest following it; else the newest.
-        .bind(if q.after_id.is_some() { 1_i64 } else { -1 })
-        .fetch_all(&self.pool)
-        .await?;
+        // After an id: the oldest following it; else the newest. Two
+        // texts, so each walks the primary key in its own direction and
+        // stops at the limit (one text ordered by `id * ±1` made both
+        // databases sort every matching row for each page).
+        macro_rules! matching {
+            () => {
+                "SELECT * FROM audit \
+                 WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
+                   AND ($3 IS NULL OR at >= $3) AND id > $4"
+            };
+        }
+        let sql = match q.after_id {
+            Some(_) => concat!(matching!(), " ORDER BY id LIMIT $5"),
+            None => concat!(
+                "SELECT * FROM (",
+                matching!(),
+                " ORDER BY id DESC LIMIT $5) AS newest ORDER BY id"
+            ),
+        };
+        let rows = sqlx::query(sql)
+            .bind(&q.caller)
+            .bind(&q.connection)
+            .bind(q.since)
+            .bind(q.after_id.unwrap_or(0))
+            .bind(q.limit)
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(AuditRecord {

@@ -270,7 +270,7 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
 
 /// Batches are written as power-of-two chunks in one transaction: every
 /// size from 1 to past two full chunks lands whole, in order, each record
-/// with its own values.
+/// with its own values. Pages of them come back as asked.
 #[tokio::test]
 async fn batches_of_every_size_land_whole_and_in_order() {
     let dir = Proxy::dir();
@@ -291,10 +291,42 @@ async fn batches_of_every_size_land_whole_and_in_order() {
         .await
         .unwrap();
     assert_eq!(rows.len() as i64, next);
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     for (i, row) in rows.into_iter().enumerate() {
         assert_eq!(
             tessera::audit::AuditRecord { id: 0, ..row },
             record(i as i64)
         );
     }
+
+    // Pages: the newest (oldest first), those after an id, and the newest
+    // since a time.
+    let page = |q: tessera::audit::AuditQuery| {
+        let store = store.clone();
+        async move {
+            let rows = store.audit(&q).await.unwrap();
+            rows.iter().map(|r| r.at - record(0).at).collect::<Vec<_>>()
+        }
+    };
+    let q = |limit| tessera::audit::AuditQuery {
+        limit,
+        ..Default::default()
+    };
+    let last = next - 1;
+    assert_eq!(page(q(3)).await, [last - 2, last - 1, last]);
+    let after = tessera::audit::AuditQuery {
+        after_id: Some(ids[99]),
+        ..q(3)
+    };
+    assert_eq!(page(after).await, [100, 101, 102]);
+    let since = tessera::audit::AuditQuery {
+        since: Some(record(last - 1).at),
+        ..q(5)
+    };
+    assert_eq!(page(since).await, [last - 1, last]);
+    let mine = tessera::audit::AuditQuery {
+        caller: Some("agent-7".into()),
+        ..q(5)
+    };
+    assert_eq!(page(mine).await, [7]);
 }
