@@ -42,6 +42,7 @@ os.environ["TESSERA_CALLER_RATE"] = "0"
 os.environ["TESSERA_CALLER_MAX_IN_FLIGHT"] = "0"
 UPSTREAM = os.path.join(REL, "examples", "bench-upstream")
 SSE = os.path.join(REL, "examples", "bench-sse")
+RELAY = os.path.join(REL, "examples", "bench-relay")
 CLIENT_CORE, PROXY_CORE = "0", "1"
 
 # A realistic tools/call: a tool with a few arguments (330 bytes).
@@ -350,6 +351,13 @@ def main():
                       env=dict(os.environ, TESSERA_DATA_DIR=b_data, RUST_LOG="info"))
             wait_port(b_port, "the compared tessera", b)
 
+        # The floor: a byte relay on the proxy's core (bench/relay.rs).
+        r_port = free_port()
+        relay = start([RELAY, f"127.0.0.1:{r_port}", f"127.0.0.1:{up_port}"], PROXY_CORE,
+                      stdout=subprocess.PIPE, text=True)
+        if not relay.stdout.readline().startswith("listening"):
+            die("the relay did not start")
+
         # nginx with the equivalent config.
         conn_id = t_url.rsplit("/", 1)[1]
         ng = os.path.join(work, "nginx")
@@ -368,6 +376,7 @@ def main():
 
         arms = [
             Arm("direct", f"http://127.0.0.1:{up_port}/mcp", f"Bearer {up_secret}", []),
+            Arm("relay", f"http://127.0.0.1:{r_port}/mcp", f"Bearer {up_secret}", [relay.pid]),
             Arm("nginx", f"http://127.0.0.1:{n_port}/c/{conn_id}", f"Bearer {token}",
                 [n.pid] + children(n.pid)),
             Arm("tessera", t_url, f"Bearer {token}", [t.pid]),
@@ -375,7 +384,7 @@ def main():
         if a.compare:
             arms.append(Arm("before", b_url, f"Bearer {b_token}", [b.pid]))
         for arm in arms:
-            check_arm(arm, arm.name != "direct")
+            check_arm(arm, arm.name not in ("direct", "relay"))
 
         lua = os.path.join(work, "post.lua")
         with open(lua, "w") as f:
@@ -419,8 +428,9 @@ def main():
                 res[arm.name][f"added-{key}"] = [
                     p - d for p, d in zip(res[arm.name][key], res["direct"][key])]
 
-        # Idle streams: RSS per open stream through each proxy.
-        for arm in arms[1:]:
+        # Idle streams: RSS per open stream through each proxy. Not the
+        # relay's: its two 8 KiB copy buffers per stream are no floor.
+        for arm in arms[2:]:
             per, base, held = idle_streams(arm, a.streams)
             add(arm, "rss-per-stream", per)
             print(f"{arm.name}: RSS {base} KiB idle, {held} KiB with {a.streams} streams open",
@@ -557,6 +567,10 @@ Written by `bench/run.sh` on {now}; tessera at `{rev}`.
   current-thread hyper server) on core {CLIENT_CORE}; the proxy under test on
   core {PROXY_CORE}: nginx with one worker process (`bench/nginx.conf`),
   tessera with `--worker-threads 1` (a current-thread runtime).
+- The floor: `relay` is a byte relay (`bench/relay.rs`, a current-thread
+  runtime) on the proxy's core, one upstream connection per caller
+  connection, no parsing. What it adds over direct is what one user-space
+  hop costs on this machine, before any work of a proxy's own.
 - The job, for both proxies: check the caller's token, replace
   `Authorization` with the stored credential, hide `WWW-Authenticate` and
   `Set-Cookie`, keep upstream connections alive, stream answers, write one
@@ -565,8 +579,8 @@ Written by `bench/run.sh` on {now}; tessera at `{rev}`.
 - Load: a 330-byte `tools/call` POST; wrk with 1 thread and
   {a.connections} connections for {a.duration} s; oha at a fixed 1,000 and
   5,000 requests/s with `--latency-correction`, {a.connections} connections,
-  {a.duration} s; {a.rounds} rounds, arms interleaved (direct, nginx,
-  tessera, …) within each measurement.
+  {a.duration} s; {a.rounds} rounds, arms interleaved (direct, relay,
+  nginx, tessera, …) within each measurement.
 - SSE: the upstream sends an event every 5 ms carrying its send time; the
   client reports receive time minus send time (one machine, one clock).
 - Idle streams: {a.streams:,} SSE streams opened through each proxy (each

@@ -30,7 +30,8 @@ if [ "$(nproc)" -lt 2 ]; then
     exit 1
 fi
 
-cargo build --release --quiet --bin tessera --example bench-upstream --example bench-sse
+cargo build --release --quiet --bin tessera --example bench-upstream --example bench-sse \
+    --example bench-relay
 
 # 10,000 streams through a proxy hold 20,000 sockets in it and 10,000 in
 # the client and the upstream each. Raise the soft limit as far as the hard
