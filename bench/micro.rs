@@ -205,10 +205,20 @@ fn benches(c: &mut Criterion) {
     let redactor = inj.redactor.clone();
     let frame = bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"Issue #42 updated: labels bug, triage. Body saved (212 bytes)."}],"isError":false}}"#);
     c.bench_function("redact: scan a 160-byte response frame", |b| {
-        b.iter(|| {
-            let r = black_box(&redactor);
-            black_box(r.found_in(&frame) || r.pending_tail(&frame) > 0)
-        })
+        b.iter(|| black_box(&redactor).found_in(black_box(&frame)))
+    });
+    // A tool result of 4 KiB whose text is full of JSON escapes (a file's
+    // lines): the escape levels work on every `\n`.
+    let text = r"line of a file with \n escapes, 50% of them \u00e9 and &amp; more\n".repeat(64);
+    let escaped = bytes::Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":7,"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
+    ));
+    c.bench_function("redact: scan a 4 KiB frame full of escapes", |b| {
+        b.iter(|| black_box(&redactor).found_in(black_box(&escaped)))
+    });
+    let mut headers = response_headers();
+    c.bench_function("redact: response headers", |b| {
+        b.iter(|| black_box(&redactor).headers(black_box(&mut headers)))
     });
     let resp = response_headers();
     c.bench_function("filter response headers", |b| {

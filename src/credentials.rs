@@ -98,8 +98,9 @@ pub fn injection(
     if s.is_empty() {
         return Err(CredentialError::EmptySecret);
     }
-    // What is redacted from responses: the secret, and for basic the
-    // base64 the header carries.
+    // What is redacted from responses: the secret in every form (see
+    // `crate::redact`), and for basic also the encodings of the base64 the
+    // header carries.
     let mut basic = None;
     let (name, raw) = match scheme {
         Scheme::Bearer => (http::header::AUTHORIZATION, format!("Bearer {s}")),
@@ -110,7 +111,7 @@ pub fn injection(
             }
             let enc = STANDARD.encode(format!("{u}:{s}"));
             let raw = format!("Basic {enc}");
-            basic = Some(enc);
+            basic = Some(SecretString::from(enc));
             (http::header::AUTHORIZATION, raw)
         }
         Scheme::Header => {
@@ -120,11 +121,10 @@ pub fn injection(
     };
     let mut value = HeaderValue::from_str(&raw).map_err(|_| CredentialError::BadSecret)?;
     value.set_sensitive(true);
-    let redactor = crate::redact::Redactor::new(
-        [s.as_bytes()]
-            .into_iter()
-            .chain(basic.as_deref().map(str::as_bytes)),
-    );
+    let redactor = match basic {
+        Some(sent) => crate::redact::Redactor::sent_as(secret, sent),
+        None => crate::redact::Redactor::new([secret]),
+    };
     Ok(Injection {
         name,
         value,

@@ -29,6 +29,7 @@ use url::Url;
 
 use crate::credentials::{injection, Injection, Scheme};
 use crate::pool::{SendError, UpstreamClient};
+use crate::redact::Redactor;
 use crate::secrets::{ExposeSecret, MasterKey, SecretString};
 use crate::store::{timed, OAuthRefresh, Store, StoreError, StoredOAuth};
 
@@ -86,14 +87,34 @@ impl OAuthSecrets {
     }
 }
 
-/// Why no token could be had. Never holds a secret.
+/// The error codes of RFC 6749 §5.2 (and RFC 6750's): the only text of a
+/// token endpoint's that reaches a caller. Anything else the endpoint says
+/// goes to the log, redacted.
+const OAUTH_ERRORS: [&str; 9] = [
+    "invalid_request",
+    "invalid_client",
+    "invalid_grant",
+    "unauthorized_client",
+    "unsupported_grant_type",
+    "invalid_scope",
+    "invalid_token",
+    "server_error",
+    "temporarily_unavailable",
+];
+
+/// Why no token could be had. Never holds a secret, and its message (what
+/// a caller reads) holds nothing the token endpoint chose but a standard
+/// error code: an endpoint that echoes its request would otherwise hand
+/// the caller the refresh token or the client secret.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {
     /// The authorization server answered with an OAuth error.
-    #[error("the token endpoint refused: {code}{}", .description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    #[error("the token endpoint refused: {code}")]
     Refused {
-        code: String,
-        description: Option<String>,
+        /// A standard OAuth error code, or "an unrecognized OAuth error".
+        code: &'static str,
+        /// What the endpoint said, printable and redacted: for the log.
+        detail: Option<String>,
     },
     #[error("the token endpoint answered HTTP {0} without an OAuth error")]
     Status(u16),
@@ -105,6 +126,29 @@ pub enum TokenError {
     BadResponse(&'static str),
     #[error("no {0} is stored for this credential")]
     Missing(&'static str),
+}
+
+impl TokenError {
+    /// What the endpoint said beyond the code, for the log (redacted).
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            TokenError::Refused { detail, .. } => detail.as_deref(),
+            _ => None,
+        }
+    }
+
+    fn refused(code: &str, description: Option<&str>, guard: &Redactor) -> TokenError {
+        let known = OAUTH_ERRORS.iter().find(|c| **c == code).copied();
+        let mut said = printable(code);
+        if let Some(d) = description {
+            said.push_str(": ");
+            said.push_str(&printable(d));
+        }
+        TokenError::Refused {
+            code: known.unwrap_or("an unrecognized OAuth error"),
+            detail: Some(guard.text(&said).into_owned()),
+        }
+    }
 }
 
 /// A token in force.
@@ -171,21 +215,88 @@ impl OAuthSource {
         secrets: OAuthSecrets,
         cached: Option<(SecretString, Option<SystemTime>)>,
     ) -> OAuthSource {
-        let token = cached.and_then(|(t, exp)| {
-            bearer(&t).ok().map(|injection| {
-                Arc::new(Token {
-                    injection,
-                    expires_at: exp,
-                })
-            })
-        });
-        OAuthSource {
+        let source = OAuthSource {
             credential: credential.to_string(),
             config,
             secrets: Mutex::new(secrets),
-            token: ArcSwapOption::new(token),
+            token: ArcSwapOption::new(None),
             refreshing: tokio::sync::Mutex::new(()),
+        };
+        if let Some(t) = cached.and_then(|(t, exp)| source.token(&t, exp).ok()) {
+            source.token.store(Some(Arc::new(t)));
         }
+        source
+    }
+
+    /// A token for `value`. Its redactor covers the token, the refresh
+    /// token and the client secret, and, for [`crate::redact::RETIRED_GRACE`],
+    /// the tokens it replaced: an upstream may still echo a request made
+    /// with one.
+    fn token(
+        &self,
+        value: &SecretString,
+        expires_at: Option<SystemTime>,
+    ) -> Result<Token, crate::credentials::CredentialError> {
+        let mut injection = bearer(value)?;
+        let secrets = self.secret_values();
+        let now = injection.redactor.with(&secrets);
+        injection.redactor = Arc::new(match self.token.load_full() {
+            Some(previous) => previous.injection.redactor.succeeded_by(&now),
+            None => now,
+        });
+        Ok(Token {
+            injection,
+            expires_at,
+        })
+    }
+
+    /// The refresh token and client secret, for redactors.
+    fn secret_values(&self) -> Vec<SecretString> {
+        let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        [&s.client_secret, &s.refresh_token]
+            .into_iter()
+            .flatten()
+            .map(|v| SecretString::from(v.clone()))
+            .collect()
+    }
+
+    /// A redactor of this credential's secrets (with the client's basic
+    /// authentication as sent), for what the token endpoint says.
+    fn guard(&self) -> Redactor {
+        let secrets = self.secret_values();
+        let current = self.token.load_full();
+        let base = match &current {
+            Some(t) => t.injection.redactor.with(&secrets),
+            None => Redactor::new(&secrets),
+        };
+        match self.basic_value() {
+            Some(basic) => base.with_sent(basic),
+            None => base,
+        }
+    }
+
+    /// The redactor for what comes back on a request with this credential:
+    /// the current token's, or, before there is one, the guard's.
+    pub fn redactor(&self) -> Arc<Redactor> {
+        match self.token.load_full() {
+            Some(t) => t.injection.redactor.clone(),
+            None => Arc::new(self.guard()),
+        }
+    }
+
+    /// The client's HTTP basic credentials as sent to the token endpoint.
+    fn basic_value(&self) -> Option<(SecretString, SecretString)> {
+        let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        let secret = s.client_secret.as_deref()?;
+        let enc = |v: &str| url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>();
+        Some((
+            SecretString::from(secret.to_string()),
+            SecretString::from(STANDARD.encode(format!(
+                "{}:{}",
+                enc(&self.config.client_id),
+                enc(secret)
+            ))),
+        ))
     }
 
     /// Whether `other` (built from the store now) has the same settings:
@@ -263,11 +374,10 @@ impl OAuthSource {
             .and_then(|r| r);
         cx.metrics.token_refresh(&self.credential, fetched.is_ok());
         let (token, expires_at, rotated) = fetched?;
-        let t = Arc::new(Token {
-            injection: bearer(&token)
+        let t = Arc::new(
+            self.token(&token, expires_at)
                 .map_err(|_| TokenError::BadResponse("an unusable access_token"))?,
-            expires_at,
-        });
+        );
         self.token.store(Some(t.clone()));
         let persisting = self.persist(cx, lock, &token, expires_at, rotated);
         if let Err(e) = timed(cx.db_timeout, persisting).await {
@@ -299,10 +409,8 @@ impl OAuthSource {
         }
         let (sealed, expires_ms) = stored.token?;
         let value = cx.key.open(&token_aad(&self.credential), &sealed).ok()?;
-        let t = Token {
-            injection: bearer(&value).ok()?,
-            expires_at: expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)),
-        };
+        let expires_at = expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
+        let t = self.token(&value, expires_at).ok()?;
         let refused = rejected.is_some_and(|r| r.injection.value == t.injection.value);
         if refused || !t.fresh(cx.margin) {
             return None;
@@ -380,26 +488,19 @@ impl OAuthSource {
             }
             // A confidential client authenticates with HTTP Basic (RFC 6749
             // §2.3.1); a public one names itself in the body.
-            let basic = match &s.client_secret {
-                Some(secret) => {
-                    let enc = |v: &str| {
-                        url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
-                    };
-                    Some(STANDARD.encode(format!(
-                        "{}:{}",
-                        enc(&self.config.client_id),
-                        enc(secret)
-                    )))
-                }
-                None => {
-                    form.append_pair("client_id", &self.config.client_id);
-                    None
-                }
-            };
-            if basic.is_none() && self.config.grant == Grant::ClientCredentials {
+            if s.client_secret.is_none() {
+                form.append_pair("client_id", &self.config.client_id);
+            }
+            let basic = s.client_secret.is_some();
+            if !basic && self.config.grant == Grant::ClientCredentials {
                 return Err(TokenError::Missing("client secret"));
             }
             (SecretString::from(form.finish()), basic)
+        };
+        let basic = if basic {
+            self.basic_value().map(|(_, b)| b)
+        } else {
+            None
         };
         let uri: Uri = self
             .config
@@ -422,7 +523,7 @@ impl OAuthSource {
         );
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
         if let Some(b) = basic {
-            let mut v = HeaderValue::from_str(&format!("Basic {b}"))
+            let mut v = HeaderValue::from_str(&format!("Basic {}", b.expose_secret()))
                 .map_err(|_| TokenError::Missing("usable client secret"))?;
             v.set_sensitive(true);
             h.insert(header::AUTHORIZATION, v);
@@ -453,20 +554,17 @@ impl OAuthSource {
         if !status.is_success() {
             return Err(
                 match a.and_then(|a| a.error.map(|e| (e, a.error_description))) {
-                    Some((code, description)) => TokenError::Refused {
-                        code: printable(&code),
-                        description: description.map(|d| printable(&d)),
-                    },
+                    Some((code, description)) => {
+                        TokenError::refused(&code, description.as_deref(), &self.guard())
+                    }
                     None => TokenError::Status(status.as_u16()),
                 },
             );
         }
         let a = a.ok_or(TokenError::BadResponse("not JSON"))?;
         if let Some(code) = a.error {
-            return Err(TokenError::Refused {
-                code: printable(&code),
-                description: a.error_description.map(|d| printable(&d)),
-            });
+            let description = a.error_description.as_deref();
+            return Err(TokenError::refused(&code, description, &self.guard()));
         }
         let token = a
             .access_token
@@ -500,8 +598,8 @@ fn bearer(token: &SecretString) -> Result<Injection, crate::credentials::Credent
     injection(Scheme::Bearer, None, None, token)
 }
 
-/// What the server said, cut to printable ASCII and 200 characters (it
-/// reaches the caller and the log).
+/// What the server said, cut to printable ASCII and 200 characters (for
+/// the log).
 fn printable(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii_graphic() || *c == ' ')
@@ -515,14 +613,25 @@ mod tests {
 
     #[test]
     fn errors_name_the_code_never_a_secret() {
-        let e = TokenError::Refused {
-            code: "invalid_grant".into(),
-            description: Some("refresh token revoked".into()),
-        };
+        let guard = Redactor::new([&SecretString::from("rt-Zq8mX1vP-refresh".to_string())]);
+        let e = TokenError::refused(
+            "invalid_grant",
+            Some("refresh token rt-Zq8mX1vP-refresh revoked"),
+            &guard,
+        );
+        assert_eq!(e.to_string(), "the token endpoint refused: invalid_grant");
+        let detail = e.detail().unwrap();
+        assert!(
+            detail.starts_with("invalid_grant: refresh token ["),
+            "{detail}"
+        );
+        assert!(!detail.contains("Zq8mX1vP"), "{detail}");
+        let e = TokenError::refused("rt-Zq8mX1vP-refresh", None, &guard);
         assert_eq!(
             e.to_string(),
-            "the token endpoint refused: invalid_grant (refresh token revoked)"
+            "the token endpoint refused: an unrecognized OAuth error"
         );
+        assert!(!e.detail().unwrap().contains("Zq8mX1vP"));
         assert_eq!(printable("bad\r\nX-Injected: 1\u{7}"), "badX-Injected: 1");
         assert_eq!(printable(&"x".repeat(500)).len(), 200);
     }
