@@ -961,6 +961,8 @@ mod tests {
     use super::*;
     use Encoding::*;
 
+    const MARKER: &[u8] = b"[redacted-by-tessera]";
+
     /// A token of `len` characters from `[A-Za-z0-9_-]`.
     fn token(len: usize, seed: u64) -> Vec<u8> {
         const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
@@ -972,6 +974,112 @@ mod tests {
     fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         (0..len as u64)
             .map(|i| splitmix64(seed ^ i.wrapping_mul(0x9E37)) as u8)
+            .collect()
+    }
+
+    fn secrets() -> Vec<Vec<u8>> {
+        vec![
+            token(16, 1),
+            token(27, 2),
+            token(40, 3),
+            token(64, 4),
+            b"ab/cd+ef=gh/ij+kl=mn/op+qr=st/uv+wx==".to_vec(),
+            b"a<b>c&d<e>f&g<h>i&j<k>l&m<n>o&p".to_vec(),
+        ]
+    }
+
+    /// Where an upstream could put the encoded secret.
+    fn contexts(encoded: &[u8]) -> [Vec<u8>; 3] {
+        let wrap = |before: &[u8], after: &[u8]| [before, encoded, after].concat();
+        [
+            encoded.to_vec(),
+            wrap(br#"{"echo":""#, br#""}"#),
+            wrap(br#"data: {"x":""#, b"\"}\n\n"),
+        ]
+    }
+
+    /// The marker the redactor writes for a secret of `len` bytes.
+    fn marker(len: usize) -> Vec<u8> {
+        let mut m: Vec<u8> = MARKER.iter().copied().take(len).collect();
+        m.resize(len, b'*');
+        m
+    }
+
+    fn is_truncation(e: Encoding) -> bool {
+        matches!(e, DropLast | DropFirst)
+    }
+
+    /// Whether a client can still read the chain's output. A case change
+    /// after a case-sensitive form (base64; JSON's `\u`, which has no `\U`)
+    /// destroys what a client needs, unless a case-blind form (hex,
+    /// percent-encoding of every byte, HTML references) came in between.
+    fn readable(chain: &[Encoding]) -> bool {
+        let mut sensitive = false;
+        for &e in chain {
+            match e {
+                Upper | Lower | SwapCase if sensitive => return false,
+                HexLower | HexUpper | PercentAllUpper | PercentAllLower | HtmlDecimal | HtmlHex => {
+                    sensitive = false
+                }
+                Base64Std | Base64StdNoPad | Base64StdPadPercent | Base64Url | Base64UrlNoPad
+                | Base64UrlPadPercent | Base64Embedded0 | Base64Embedded1 | Base64Embedded2
+                | JsonUnicodeLower | JsonUnicodeUpper | JsonUnicodeSome | JsonGo => {
+                    sensitive = true
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// Every readable chain without truncation is found in every context,
+    /// at half the secret's length. How many chains that was.
+    fn assert_found(chains: &[Vec<Encoding>]) -> usize {
+        let checked: Vec<&Vec<Encoding>> = chains
+            .iter()
+            .filter(|c| !c.iter().any(|&e| is_truncation(e)) && readable(c))
+            .collect();
+        let mut missed = Vec::new();
+        for (n, secret) in secrets().iter().enumerate() {
+            for chain in &checked {
+                let encoded = encode_chain(chain, secret, n as u64);
+                for text in contexts(&encoded) {
+                    match leak(&text, secret, secret.len() / 2) {
+                        Some(d) if d.starts_with(BUDGET_EXCEEDED) => {
+                            missed.push(format!("{chain:?} {}: {d}", text.escape_ascii()))
+                        }
+                        Some(_) => {}
+                        None => missed.push(format!("{chain:?}: {}", text.escape_ascii())),
+                    }
+                }
+            }
+        }
+        let (count, missed) = (missed.len(), missed.join("\n"));
+        assert!(count == 0, "{count} missed:\n{missed}");
+        checked.len()
+    }
+
+    fn singles() -> Vec<Vec<Encoding>> {
+        Encoding::ALL.iter().map(|&e| vec![e]).collect()
+    }
+
+    fn pairs() -> Vec<Vec<Encoding>> {
+        let all = Encoding::ALL;
+        all.iter()
+            .flat_map(|&a| all.iter().map(move |&b| vec![a, b]))
+            .collect()
+    }
+
+    fn sampled_triples(count: u64) -> Vec<Vec<Encoding>> {
+        (0..count)
+            .map(|i| {
+                let r = splitmix64(0x07e5_5e7a + i);
+                vec![
+                    Encoding::from_byte(r as u8),
+                    Encoding::from_byte((r >> 8) as u8),
+                    Encoding::from_byte((r >> 16) as u8),
+                ]
+            })
             .collect()
     }
 
@@ -1044,6 +1152,86 @@ mod tests {
     }
 
     #[test]
+    fn every_single_encoding_is_found() {
+        // All but the two truncations.
+        assert_eq!(assert_found(&singles()), 26);
+    }
+
+    #[test]
+    fn every_pair_of_encodings_is_found() {
+        // 26 × 26 without truncation, but for 39 with a case change after
+        // base64 or `\u`.
+        assert_eq!(assert_found(&pairs()), 637);
+    }
+
+    #[test]
+    fn sampled_triples_are_found() {
+        assert!(assert_found(&sampled_triples(400)) > 250);
+    }
+
+    #[test]
+    fn chains_the_oracle_cannot_read_are_few() {
+        // The chains `readable` excuses are only those with a case change
+        // after base64 or `\u`; make sure that stays a small minority.
+        let pairs = pairs();
+        let unreadable = pairs.iter().filter(|c| !readable(c)).count();
+        assert!(unreadable < pairs.len() / 10, "{unreadable}");
+    }
+
+    /// How many bytes of the secret a chain with one truncation may lose:
+    /// one character, or a whole base64 group (3 bytes) when the first
+    /// character of the secret's own base64 is dropped.
+    fn truncation_loss(chain: &[Encoding]) -> usize {
+        let base64 = [
+            Base64Std,
+            Base64StdNoPad,
+            Base64StdPadPercent,
+            Base64Url,
+            Base64UrlNoPad,
+            Base64UrlPadPercent,
+        ];
+        match chain {
+            [.., before, DropFirst] if base64.contains(before) => 3,
+            _ => 1,
+        }
+    }
+
+    #[test]
+    fn truncation_is_found_a_character_short() {
+        let chains: Vec<Vec<Encoding>> = singles()
+            .into_iter()
+            .chain(pairs())
+            .filter(|c| c.iter().filter(|&&e| is_truncation(e)).count() == 1 && readable(c))
+            .collect();
+        assert!(chains.len() > 90, "{}", chains.len());
+        let mut missed = Vec::new();
+        for (n, secret) in secrets().iter().enumerate() {
+            for chain in &chains {
+                let encoded = encode_chain(chain, secret, n as u64);
+                let min = secret.len() - truncation_loss(chain);
+                for text in contexts(&encoded) {
+                    match leak(&text, secret, min) {
+                        Some(d) if !d.starts_with(BUDGET_EXCEEDED) => {}
+                        other => missed.push(format!("{chain:?} at {min}: {other:?}")),
+                    }
+                }
+            }
+            // And the truncation is real: the whole secret is not there.
+            for e in [DropLast, DropFirst] {
+                let text = encode(e, secret, 0);
+                assert_eq!(leak(&text, secret, secret.len()), None);
+                assert!(leak(&text, secret, secret.len() - 1).is_some());
+            }
+        }
+        assert!(
+            missed.is_empty(),
+            "{} missed:\n{}",
+            missed.len(),
+            missed.join("\n")
+        );
+    }
+
+    #[test]
     fn non_ascii_secrets_through_surrogate_pairs() {
         let secret = "pässwörd-🔑-token-🗝-0123456789".as_bytes();
         for e in [
@@ -1111,6 +1299,28 @@ mod tests {
                 assert_eq!(leak(text, &secret, half), None, "text {k}");
             }
         }
+    }
+
+    #[test]
+    fn the_marker_in_place_of_the_secret_is_not_a_leak() {
+        let mut alarms = Vec::new();
+        for (n, secret) in secrets().iter().enumerate() {
+            let marker = marker(secret.len());
+            // The marker where the encoded secret was, and the marker
+            // encoded as the secret would have been.
+            let mut texts: Vec<Vec<u8>> = contexts(&marker).into();
+            for chain in singles().into_iter().chain(pairs()) {
+                texts.extend(contexts(&encode_chain(&chain, &marker, n as u64)));
+            }
+            for text in texts {
+                if let Some(d) = leak(&text, secret, secret.len() / 2) {
+                    alarms.push(format!("{}: {d}", text.escape_ascii()));
+                }
+            }
+        }
+        assert!(alarms.is_empty(), "{}", alarms.join("\n"));
+        assert_eq!(marker(8), b"[redacte");
+        assert_eq!(marker(24), b"[redacted-by-tessera]***");
     }
 
     #[test]
