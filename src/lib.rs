@@ -54,6 +54,8 @@ pub mod forward;
 pub mod fuzzing;
 pub mod h1;
 pub mod jsonrpc;
+#[doc(hidden)]
+pub mod leaks;
 pub mod limits;
 pub mod logging;
 pub mod login;
