@@ -45,6 +45,7 @@ pub mod changes;
 pub mod config;
 pub mod console;
 pub mod credentials;
+pub mod decode;
 pub mod egress;
 pub mod error;
 pub mod ext_authz;
