@@ -387,6 +387,23 @@ fn check_shape(
     // and Transfer-Encoding, was refused before hyper parsed it
     // (`raw_head`), and tessera frames what it forwards with its own
     // Content-Length (tests/it/hostile.rs).
+    //
+    // A GET or DELETE body is never inspected (only a POST's is), and many
+    // servers answer a GET without reading its body: on a kept-alive
+    // upstream connection the unread body is then parsed as the next
+    // request, unauthorized and carrying the stored credential. MCP gives
+    // neither method a body, so one is refused before it is read.
+    if matches!(parts.method, http::Method::GET | http::Method::DELETE) {
+        let length = h
+            .get(header::CONTENT_LENGTH)
+            .map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()));
+        let empty = matches!(length, None | Some(Some(0)));
+        if !empty || h.contains_key(header::TRANSFER_ENCODING) {
+            return Err(ProxyError::InvalidRequest(
+                "a GET or DELETE request may not carry a body",
+            ));
+        }
+    }
     Ok(())
 }
 
