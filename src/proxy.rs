@@ -299,7 +299,14 @@ async fn proxy(
     let credential = || upstream.credential.clone();
     let (resp, redactor) = match &upstream.auth {
         Auth::Static(inj) => {
-            let up_req = upstream_request(parts.method, uri, parts.headers, inj, body);
+            let up_req = upstream_request(
+                parts.method,
+                uri,
+                parts.headers,
+                inj,
+                body,
+                state.config.allow_range,
+            );
             (
                 send(state, up_req, &upstream.credential).await?,
                 inj.redactor.clone(),
@@ -476,6 +483,7 @@ async fn send_oauth(
         parts.headers.clone(),
         &token.injection,
         body.clone(),
+        state.config.allow_range,
     );
     let resp = send(state, first, credential).await?;
     if resp.status() != http::StatusCode::UNAUTHORIZED {
@@ -483,7 +491,14 @@ async fn send_oauth(
     }
     drop(resp);
     let token = source.refresh(&cx, Some(&token)).await.map_err(no_token)?;
-    let again = upstream_request(parts.method, uri, parts.headers, &token.injection, body);
+    let again = upstream_request(
+        parts.method,
+        uri,
+        parts.headers,
+        &token.injection,
+        body,
+        state.config.allow_range,
+    );
     let resp = send(state, again, credential).await?;
     Ok((resp, token.injection.redactor.clone()))
 }
