@@ -424,7 +424,10 @@ async fn send(
     // A reference-counted copy, not an allocation.
     let authority = req.uri().authority().cloned();
     let sent = Instant::now();
-    let resp = tokio::time::timeout(state.config.upstream_timeout, state.client.send(req)).await;
+    // Pooled per credential: a connection that carried this credential
+    // never carries another's requests.
+    let sending = state.client.send(req, credential);
+    let resp = tokio::time::timeout(state.config.upstream_timeout, sending).await;
     state.metrics.upstream_latency(sent.elapsed());
     let credential = || credential.to_string();
     match resp {
