@@ -1,7 +1,7 @@
 //! The upstream connection pool: connections are reused, handed back when
 //! a response ends (streams included), replaced when the upstream closes
-//! them, closed after the idle timeout, and never shared between
-//! credentials.
+//! them, closed after the idle timeout or an error answer to a request with
+//! a body, and never shared between credentials.
 
 use std::time::Duration;
 
@@ -15,6 +15,11 @@ fn peers(up: &Upstream) -> Vec<std::net::SocketAddr> {
 }
 
 async fn call(a: &Agent, url: &str) -> reqwest::Response {
+    call_answered(a, url, 200).await
+}
+
+/// POST a `tools/call` to `url` as `a`, the answer's status checked.
+async fn call_answered(a: &Agent, url: &str, status: u16) -> reqwest::Response {
     let r = client()
         .post(url)
         .bearer_auth(&a.token)
@@ -23,7 +28,7 @@ async fn call(a: &Agent, url: &str) -> reqwest::Response {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), status);
     r
 }
 
@@ -191,4 +196,32 @@ async fn each_credential_has_its_own_upstream_connections() {
     assert_eq!(peers[2], peers[0], "gh's connection was not reused");
     assert_eq!(peers[3], peers[1], "gh-admin's connection was not reused");
     assert_eq!(p.state.client.idle_connections(), 2);
+}
+
+/// An upstream may answer an error before it reads a request's body, which
+/// is then read as the connection's next request: after an error answer to
+/// a request with a body the connection is closed and the next request gets
+/// a new one; after a 2xx it is reused.
+#[tokio::test]
+async fn a_connection_is_not_reused_after_an_error_answer_to_a_request_with_a_body() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url(""), "agent").await;
+    let (mcp, reject) = (format!("{}/mcp", a.url), format!("{}/reject", a.url));
+    call(&a, &mcp).await.bytes().await.unwrap();
+    call(&a, &mcp).await.bytes().await.unwrap();
+    let closed = up.connection_closed();
+    let r = call_answered(&a, &reject, 400).await;
+    r.bytes().await.unwrap();
+    call(&a, &mcp).await.bytes().await.unwrap();
+    let peers = peers(&up);
+    assert_eq!(peers.len(), 4);
+    assert_eq!(peers[1], peers[0], "not reused after a 2xx");
+    assert_eq!(peers[2], peers[0], "not reused after a 2xx");
+    assert_ne!(
+        peers[3], peers[2],
+        "reused after an error answer to a request with a body"
+    );
+    closed.await;
+    assert_eq!(p.state.client.idle_connections(), 1);
 }

@@ -52,6 +52,8 @@ pub struct Seen {
 ///   `Authorization` value in its query;
 /// - `/sse`: an event stream fed by the test through `sse_sender()`;
 /// - `/close`: a normal answer, then the connection is closed;
+/// - `/reject`: 400 with a JSON-RPC error (an upstream refusing a request,
+///   as one may before it has read the body);
 /// - `/sse-tools`: a `tools/list` answered over SSE (a comment, a progress
 ///   notification, then the result split over two `data:` lines), sent in
 ///   7-byte pieces so events straddle frames.
@@ -205,6 +207,13 @@ async fn answer(
             .header("connection", "close")
             .header("content-type", "application/json")
             .body(full("{}".into())),
+        "/reject" => Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .header("content-type", "application/json")
+            .body(full(
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"rejected"}}"#
+                    .into(),
+            )),
         "/redirect-home" => Response::builder()
             .status(StatusCode::FOUND)
             .header("location", "/c/someone-elses-connection")
