@@ -191,7 +191,7 @@ fn benches(c: &mut Criterion) {
     c.bench_function("strip + inject request headers", |b| {
         b.iter_batched_ref(
             || req.clone(),
-            |h| strip_and_inject(h, &inj),
+            |h| strip_and_inject(h, &inj, false),
             BatchSize::SmallInput,
         )
     });

@@ -99,6 +99,9 @@ pub struct ServeConfig {
     /// Whether internal addresses and plain HTTP may be reached upstream
     /// (`--allow-private-upstreams`; see [`crate::egress`]).
     pub egress: crate::egress::Egress,
+    /// Whether a caller's `Range` and `If-Range` reach the upstream
+    /// (`--allow-range`; see [`crate::forward::strip_and_inject`]).
+    pub allow_range: bool,
     pub limits: RequestLimits,
     /// The certificate authorities upstream TLS trusts (`--upstream-roots`
     /// and `--upstream-ca-file`).
@@ -135,6 +138,7 @@ pub struct RawServe {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub allow_private_upstreams: bool,
+    pub allow_range: bool,
     pub upstream_roots: String,
     pub upstream_ca_file: Option<String>,
     pub max_headers: usize,
@@ -313,6 +317,7 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         egress: crate::egress::Egress {
             allow_private: raw.allow_private_upstreams,
         },
+        allow_range: raw.allow_range,
         limits,
         upstream_roots: std::sync::Arc::new(upstream_roots(
             &raw.upstream_roots,
@@ -352,6 +357,7 @@ impl RawServe {
             allowed_origins: vec![],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             allow_private_upstreams: false,
+            allow_range: false,
             upstream_roots: "webpki".into(),
             upstream_ca_file: None,
             max_headers: DEFAULT_MAX_HEADERS,

@@ -178,10 +178,16 @@ impl ExternalAuthorizer {
             HeaderValue::from_static("application/json"),
         );
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        let resp = self.client.send(r).await.map_err(|e| match e {
-            crate::pool::SendError::Connect(e) => format!("could not connect: {e}"),
-            crate::pool::SendError::Http(e) => format!("broken HTTP exchange: {e}"),
-        })?;
+        // No credential travels to the authorizer: its questions share one
+        // pool.
+        let resp = self
+            .client
+            .send(r, "authorizer")
+            .await
+            .map_err(|e| match e {
+                crate::pool::SendError::Connect(e) => format!("could not connect: {e}"),
+                crate::pool::SendError::Http(e) => format!("broken HTTP exchange: {e}"),
+            })?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()

@@ -76,15 +76,27 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// - `Host`: set for the upstream;
 /// - `Origin`: the caller's origin was checked by tessera; the upstream's
 ///   client is tessera;
-/// - `Content-Length`: recomputed from the forwarded buffer.
-const STRIPPED_REQUEST: [HeaderName; 6] = [
+/// - `Content-Length`: recomputed from the forwarded buffer;
+/// - `Expect`: tessera has read the whole body before it forwards, so it
+///   never waits for a `100 Continue`; an upstream asked for one may answer
+///   before it reads the body, and its unread bytes would then be parsed as
+///   the connection's next request.
+const STRIPPED_REQUEST: [HeaderName; 7] = [
     header::AUTHORIZATION,
     header::PROXY_AUTHORIZATION,
     header::COOKIE,
     header::HOST,
     header::ORIGIN,
     header::CONTENT_LENGTH,
+    header::EXPECT,
 ];
+
+/// Request headers that ask for part of an answer, stripped unless
+/// `--allow-range`: a caller could ask for byte ranges of an answer that
+/// reflects the injected secret, each slice too short to hold it whole, and
+/// join the slices around the redaction (the redactor sees one answer at a
+/// time).
+const RANGE_REQUEST: [HeaderName; 2] = [header::RANGE, header::IF_RANGE];
 
 /// A header a credential may not be injected as, because tessera strips or
 /// sets it itself.
@@ -120,12 +132,15 @@ pub fn remove_hop_by_hop_and(h: &mut HeaderMap, also: impl Fn(&HeaderName) -> bo
     }
 }
 
-/// Strip the caller's credentials and hop-by-hop headers, then inject the
-/// stored credential. Everything else (`Mcp-Session-Id`,
-/// `MCP-Protocol-Version`, `Last-Event-ID`, `Accept`, `Content-Type`,
-/// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`, …) passes unchanged.
-pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection) {
-    remove_hop_by_hop_and(h, |n| STRIPPED_REQUEST.contains(n));
+/// Strip the caller's credentials and hop-by-hop headers (and `Range`,
+/// `If-Range` unless `allow_range`), then inject the stored credential.
+/// Everything else (`Mcp-Session-Id`, `MCP-Protocol-Version`,
+/// `Last-Event-ID`, `Accept`, `Content-Type`, `Mcp-Method`, `Mcp-Name`,
+/// `Mcp-Param-*`, …) passes unchanged.
+pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection, allow_range: bool) {
+    remove_hop_by_hop_and(h, |n| {
+        STRIPPED_REQUEST.contains(n) || (!allow_range && RANGE_REQUEST.contains(n))
+    });
     // `insert` replaces every value the caller may have sent under the
     // credential's header name (e.g. its own X-Api-Key).
     h.insert(inj.name.clone(), inj.value.clone());
@@ -192,15 +207,17 @@ fn is_dot_segment(seg: &str) -> bool {
 }
 
 /// Assemble the upstream request from the caller's parts, injecting `inj`
-/// (the credential's stored header, or its current OAuth token).
+/// (the credential's stored header, or its current OAuth token);
+/// `allow_range` is `--allow-range`.
 pub fn upstream_request(
     method: Method,
     uri: Uri,
     mut headers: HeaderMap,
     inj: &Injection,
     body: Bytes,
+    allow_range: bool,
 ) -> Request<Bytes> {
-    strip_and_inject(&mut headers, inj);
+    strip_and_inject(&mut headers, inj, allow_range);
     if let Some(host) = uri
         .authority()
         .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
@@ -252,6 +269,9 @@ mod tests {
             "content-length",
             "keep-alive",
             "proxy-connection",
+            "expect",
+            "range",
+            "if-range",
         ] {
             h.insert(n, v("1"));
         }
@@ -275,7 +295,8 @@ mod tests {
         let crate::snapshot::Auth::Static(inj) = &up.auth else {
             unreachable!()
         };
-        strip_and_inject(&mut h, inj);
+        let mut allowed = h.clone();
+        strip_and_inject(&mut h, inj, false);
         assert_eq!(
             h.get_all(header::AUTHORIZATION).iter().collect::<Vec<_>>(),
             ["Bearer stored"]
@@ -295,10 +316,18 @@ mod tests {
             "trailer",
             "transfer-encoding",
             "upgrade",
+            "expect",
+            "range",
+            "if-range",
         ] {
             assert!(!h.contains_key(gone), "{gone}");
         }
         assert_eq!(h.len(), 9);
+        // --allow-range: the range headers pass, nothing else changes.
+        strip_and_inject(&mut allowed, inj, true);
+        assert_eq!(allowed.len(), 11);
+        assert!(allowed.contains_key("range") && allowed.contains_key("if-range"));
+        assert!(!allowed.contains_key("expect"));
     }
 
     #[test]
@@ -313,7 +342,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append("x-api-key", HeaderValue::from_static("forged1"));
         h.append("x-api-key", HeaderValue::from_static("forged2"));
-        strip_and_inject(&mut h, &inj);
+        strip_and_inject(&mut h, &inj, false);
         assert_eq!(h.get_all("x-api-key").iter().collect::<Vec<_>>(), ["s"]);
     }
 

@@ -64,12 +64,20 @@ pub fn headers(data: &[u8]) {
         h.append(name, value);
     }
     // On the way out: the caller's credentials are gone and exactly the
-    // stored one is there.
+    // stored one is there; so are `Expect` and (by default) the range
+    // headers.
     let mut out = h.clone();
-    crate::forward::strip_and_inject(&mut out, stored());
+    crate::forward::strip_and_inject(&mut out, stored(), false);
     let auth: Vec<_> = out.get_all(header::AUTHORIZATION).iter().collect();
     assert_eq!(auth, [&stored().value]);
-    for gone in [header::PROXY_AUTHORIZATION, header::COOKIE, header::HOST] {
+    for gone in [
+        header::PROXY_AUTHORIZATION,
+        header::COOKIE,
+        header::HOST,
+        header::EXPECT,
+        header::RANGE,
+        header::IF_RANGE,
+    ] {
         assert!(!out.contains_key(&gone));
     }
     // On the way back: no challenge, no cookie, no Location into tessera,

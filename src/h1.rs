@@ -10,10 +10,11 @@
 //!
 //! What it accepts from the upstream follows RFC 9112: a response head of at
 //! most [`MAX_HEAD`] bytes and [`MAX_HEADERS`] fields, interim 1xx answers
-//! skipped, the body framed by `Transfer-Encoding: chunked`, by one agreed
-//! `Content-Length`, or by the connection's end. Anything else is an
-//! [`Error::Invalid`], and a connection is only reused after a complete,
-//! cleanly framed response that did not ask to close.
+//! skipped, the body framed by `Transfer-Encoding: chunked` (no other
+//! transfer coding), by one agreed `Content-Length`, or by the connection's
+//! end. Anything else is an [`Error::Invalid`], and a connection is only
+//! reused after a complete, cleanly framed response that did not ask to
+//! close and, when the request had a body, was a 2xx.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -104,7 +105,16 @@ where
     let mut buf = BytesMut::new();
     loop {
         if let Some(head) = parse_head(&mut buf, req.method() == Method::HEAD)? {
-            let reusable = head.keep_alive;
+            // An answer that is not a success may come before the upstream
+            // read the request's body: servers commonly refuse (400, 401,
+            // 404, 413, …) on the head alone. The bytes of the body left
+            // unread would then be parsed as the start of the next request
+            // on this connection, which may carry another caller's request
+            // (a body crafted as a whole request is request smuggling).
+            // Nothing says whether they were read, so such a connection is
+            // never reused. A 2xx is taken to mean the body was consumed.
+            let unread_body = !req.body().is_empty() && !head.status.is_success();
+            let reusable = head.keep_alive && !unread_body;
             let mut body = Body {
                 io: Some(io),
                 buf,
@@ -168,7 +178,7 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
         }
         let mut keep_alive = r.version == Some(1);
         let mut length: Option<u64> = None;
-        let mut chunked = None;
+        let mut chunked = false;
         // Framing is judged on the raw fields; the values are then taken
         // from the head's own bytes, not copied one allocation each.
         // (httparse has already refused a name or value byte that `http`
@@ -194,13 +204,16 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
                 continue;
             }
             if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                // Only the last coding frames the message.
-                chunked = Some(
-                    f.value
-                        .rsplit(|&b| b == b',')
-                        .next()
-                        .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked")),
-                );
+                // tessera never sends TE, so the only transfer coding an
+                // upstream may apply is chunked, once. Any other (`gzip,
+                // chunked`, `gzip`, a second field) is refused: read as
+                // framing only, its bytes would reach the caller still
+                // coded, and a coded echo of the stored secret would pass
+                // the redactor unseen.
+                if chunked || !f.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                    return Err(Error::Invalid("a transfer coding other than chunked"));
+                }
+                chunked = true;
                 continue;
             }
             if name.eq_ignore_ascii_case(b"connection") && has_token(f.value, b"close") {
@@ -226,14 +239,14 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Er
             State::Length(0)
         } else {
             match (chunked, length) {
-                (Some(true), l) => {
+                (true, l) => {
                     // Both framings at once is a smuggling shape: read it
                     // as chunked, then never reuse the connection.
                     keep_alive &= l.is_none();
                     State::Chunk(Chunk::Size)
                 }
-                (Some(false), _) | (None, None) => State::Eof,
-                (None, Some(n)) => State::Length(n),
+                (false, None) => State::Eof,
+                (false, Some(n)) => State::Length(n),
             }
         };
         if framing == State::Eof {
@@ -643,6 +656,23 @@ mod tests {
         assert!(body.take_reusable().is_none());
     }
 
+    /// Whether the connection may carry another request after `req` was
+    /// answered with `answer` and its body read to the end.
+    async fn reused(req: Request<Bytes>, answer: &'static [u8]) -> bool {
+        let (_, r, _up) = against(req, answer).await;
+        let mut body = r.unwrap().into_body();
+        while body.frame().await.is_some() {}
+        body.take_reusable().is_some()
+    }
+
+    /// Each answer to a POST is refused as invalid HTTP.
+    async fn assert_invalid(answers: &[&'static [u8]]) {
+        for &answer in answers {
+            let (_, r, _up) = against(post("{}"), answer).await;
+            assert!(matches!(r, Err(Error::Invalid(_))), "{answer:?}");
+        }
+    }
+
     #[tokio::test]
     async fn connection_close_and_http10_are_not_reused() {
         for answer in [
@@ -650,27 +680,91 @@ mod tests {
             b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
         ] {
-            let (_, r, _up) = against(post("{}"), answer).await;
-            let mut body = r.unwrap().into_body();
-            while body.frame().await.is_some() {}
-            assert!(body.take_reusable().is_none(), "{answer:?}");
+            assert!(!reused(post("{}"), answer).await, "{answer:?}");
         }
     }
 
     #[tokio::test]
     async fn invalid_answers_are_errors() {
-        for answer in [
-            &b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"[..],
+        assert_invalid(&[
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
             b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n",
             b"SSH-2.0-OpenSSH\r\n\r\n",
-        ] {
-            let (_, r, _up) = against(post("{}"), answer).await;
-            assert!(matches!(r, Err(Error::Invalid(_))), "{answer:?}");
-        }
+        ])
+        .await;
         let (_, r, _up) = against_then(post("{}"), b"HTTP/1.1 200 OK\r\n", true).await;
         assert!(matches!(r, Err(Error::Closed)));
+    }
+
+    /// tessera sends no TE: a transfer coding besides one chunked would
+    /// hand the caller coded bytes the redactor cannot read.
+    #[tokio::test]
+    async fn transfer_codings_other_than_chunked_are_errors() {
+        assert_invalid(&[
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nbytes",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nbytes",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\n\r\n",
+        ])
+        .await;
+        // The one coding allowed, in any case and with spaces around it.
+        let answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding:  Chunked \r\n\r\n0\r\n\r\n";
+        assert!(reused(post("{}"), answer).await);
+    }
+
+    /// An upstream may refuse a request on its head and leave the body
+    /// unread in the connection, where it would be read as the next
+    /// request: after an error answer to a request with a body, the
+    /// connection is not reused; with no body, or after a 2xx, it is.
+    #[tokio::test]
+    async fn an_error_answer_to_a_request_with_a_body_is_not_reused() {
+        let mut get = post("");
+        *get.method_mut() = Method::GET;
+        for (req, answer, reuse) in [
+            (
+                post("{}"),
+                &b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno"[..],
+                false,
+            ),
+            (
+                post("{}"),
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+                false,
+            ),
+            (
+                post("{}"),
+                b"HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n",
+                false,
+            ),
+            (
+                post("{}"),
+                b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                false,
+            ),
+            (
+                post("{}"),
+                b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n",
+                true,
+            ),
+            (
+                post(""),
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+                true,
+            ),
+            (
+                get,
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno",
+                true,
+            ),
+        ] {
+            let what = format!("{} {:?}", req.method(), String::from_utf8_lossy(answer));
+            assert_eq!(reused(req, answer).await, reuse, "{what}");
+        }
     }
 
     #[tokio::test]

@@ -93,9 +93,11 @@ struct Tokens {
     error_description: Option<String>,
 }
 
-/// One HTTP exchange: status, headers, body (bounded).
+/// One HTTP exchange: status, headers, body (bounded). `pool_key` keeps
+/// the flow's connections to itself (see [`crate::pool`]).
 async fn exchange(
     client: &UpstreamClient,
+    pool_key: &str,
     method: Method,
     url: &Url,
     headers: &[(header::HeaderName, String)],
@@ -126,7 +128,10 @@ async fn exchange(
     }
     *req.uri_mut() = uri;
     let run = async {
-        let resp = client.send(req).await.map_err(|e| format!("{url}: {e}"))?;
+        let resp = client
+            .send(req, pool_key)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
         let (parts, body) = resp.into_parts();
         let bytes = Limited::new(body, MAX_DOC)
             .collect()
@@ -143,10 +148,12 @@ async fn exchange(
 /// GET a JSON document; `Ok(None)` when it is not there (404 and kin).
 async fn get_json<T: serde::de::DeserializeOwned>(
     client: &UpstreamClient,
+    pool_key: &str,
     url: &Url,
 ) -> Result<Option<T>, String> {
     let (status, _, body) = exchange(
         client,
+        pool_key,
         Method::GET,
         url,
         &[(header::ACCEPT, "application/json".into())],
@@ -191,11 +198,13 @@ fn well_known(base: &Url, name: &str) -> Vec<Url> {
 /// Step 1: the upstream's protected-resource metadata.
 async fn resource_metadata(
     client: &UpstreamClient,
+    pool_key: &str,
     upstream: &Url,
 ) -> Result<ResourceMetadata, String> {
     let probe = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_string();
     let (status, headers, _) = exchange(
         client,
+        pool_key,
         Method::POST,
         upstream,
         &[(header::ACCEPT, "application/json, text/event-stream".into())],
@@ -216,7 +225,7 @@ async fn resource_metadata(
             None => well_known(upstream, "oauth-protected-resource"),
         };
     for url in candidates {
-        if let Some(m) = get_json::<ResourceMetadata>(client, &url).await? {
+        if let Some(m) = get_json::<ResourceMetadata>(client, pool_key, &url).await? {
             return Ok(m);
         }
         tried.push(url.to_string());
@@ -229,12 +238,16 @@ async fn resource_metadata(
 }
 
 /// Step 2: the authorization server's metadata.
-async fn server_metadata(client: &UpstreamClient, issuer: &Url) -> Result<ServerMetadata, String> {
+async fn server_metadata(
+    client: &UpstreamClient,
+    pool_key: &str,
+    issuer: &Url,
+) -> Result<ServerMetadata, String> {
     let mut candidates = well_known(issuer, "oauth-authorization-server");
     candidates.extend(well_known(issuer, "openid-configuration"));
     let mut tried = Vec::new();
     for url in candidates {
-        if let Some(m) = get_json::<ServerMetadata>(client, &url).await? {
+        if let Some(m) = get_json::<ServerMetadata>(client, pool_key, &url).await? {
             if let Some(i) = &m.issuer {
                 if i.trim_end_matches('/') != issuer.as_str().trim_end_matches('/') {
                     return Err(format!("{url} names issuer {i:?}, not {issuer}"));
@@ -328,7 +341,11 @@ pub async fn login(
         "1/5 reading the protected-resource metadata of {}",
         spec.upstream
     ));
-    let prm = resource_metadata(client, &spec.upstream)
+    // The flow's connections carry this credential's client secret and
+    // codes: a pool of their own, as a token refresh gets.
+    let pool_key = format!("oauth:{}", spec.name);
+    let pool_key = pool_key.as_str();
+    let prm = resource_metadata(client, pool_key, &spec.upstream)
         .await
         .map_err(&step1)?;
     if let Some(r) = &prm.resource {
@@ -350,7 +367,9 @@ pub async fn login(
     say(&format!(
         "2/5 reading the metadata of authorization server {issuer}"
     ));
-    let asm = server_metadata(client, &issuer).await.map_err(&step2)?;
+    let asm = server_metadata(client, pool_key, &issuer)
+        .await
+        .map_err(&step2)?;
     if !asm
         .code_challenge_methods_supported
         .iter()
@@ -394,6 +413,7 @@ pub async fn login(
             });
             let (status, _, bytes) = exchange(
                 client,
+                pool_key,
                 Method::POST,
                 &endpoint,
                 &[(header::ACCEPT, "application/json".into())],
@@ -480,6 +500,7 @@ pub async fn login(
     }
     let (status, _, bytes) = exchange(
         client,
+        pool_key,
         Method::POST,
         &token_url,
         &headers,

@@ -300,6 +300,11 @@ struct ServeArgs {
     audit_arguments: bool,
     #[command(flatten)]
     egress: EgressArgs,
+    /// Pass a caller's Range and If-Range headers to the upstream (default:
+    /// stripped, so that slices of an answer cannot be joined around the
+    /// redaction of the stored secret).
+    #[arg(long, env = "TESSERA_ALLOW_RANGE")]
+    allow_range: bool,
     /// The certificate authorities upstream TLS trusts: webpki (the Mozilla
     /// roots built in) or platform (the system's store).
     #[arg(long, env = "TESSERA_UPSTREAM_ROOTS", default_value = "webpki")]
@@ -1162,6 +1167,7 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         allowed_origins: a.allowed_origins.clone(),
         max_body_bytes: a.max_body_bytes,
         allow_private_upstreams: a.egress.allow_private_upstreams,
+        allow_range: a.allow_range,
         upstream_roots: a.upstream_roots.clone(),
         upstream_ca_file: a.upstream_ca_file.clone(),
         max_headers: a.max_headers,

@@ -529,7 +529,9 @@ impl OAuthSource {
             h.insert(header::AUTHORIZATION, v);
         }
         *req.uri_mut() = uri;
-        let resp = client.send(req).await.map_err(|e| {
+        // A pool of its own: these connections carry the client secret.
+        let pool_key = format!("oauth:{}", self.credential);
+        let resp = client.send(req, &pool_key).await.map_err(|e| {
             TokenError::Unreachable(match e {
                 SendError::Connect(_) => "could not connect".into(),
                 SendError::Http(_) => "the HTTP exchange broke".into(),

@@ -1,5 +1,14 @@
 //! The upstream client: pooled HTTP/1.1 and HTTP/2 connections per
-//! upstream origin.
+//! upstream origin and credential.
+//!
+//! Per credential, not only per origin: a connection that the upstream and
+//! tessera ever read differently (a body the upstream did not read, an
+//! answer framed one way and meant another) would otherwise hand one
+//! caller's bytes to the next request on it, whoever's credential that
+//! carries. Keyed by credential, such a desync stays inside the requests of
+//! the one credential that caused it. The key is the caller's choice of
+//! name ([`UpstreamClient::send`]); the token endpoint of an OAuth
+//! credential gets a key of its own, since it receives client secrets.
 //!
 //! HTTP/1.1 (every plain `http://` upstream, and TLS ones that do not
 //! offer h2) is spoken by [`crate::h1`] from the request's own task: a
@@ -7,7 +16,7 @@
 //! response body puts the connection back when it ends. No task, channel or
 //! lock sits between the caller's request and the upstream socket.
 //! HTTP/2, negotiated by TLS ALPN, goes through hyper's client connection,
-//! one shared connection per origin.
+//! one shared connection per origin and credential.
 //!
 //! Redirects are never followed: nothing here reads a `Location`. A request
 //! is never retried once it may have reached the upstream (a tool call must
@@ -154,6 +163,24 @@ impl std::hash::Hash for Origin {
     }
 }
 
+/// A pool's key: the origin, and the name of whose connections these are
+/// (a credential's, say). Short names are kept inline: building the key
+/// costs no allocation per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    origin: Origin,
+    credential: compact_str::CompactString,
+}
+
+/// The name in one write, as the origin (a `str`'s own `Hash` adds a
+/// second write for its terminator).
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.origin.hash(h);
+        h.write(self.credential.as_bytes());
+    }
+}
+
 impl Origin {
     fn of(uri: &Uri) -> Result<Origin, SendError> {
         let https = match uri.scheme_str() {
@@ -169,8 +196,8 @@ impl Origin {
     }
 }
 
-/// An origin's connections: idle HTTP/1.1 ones (most recent last) and at
-/// most one shared HTTP/2 one.
+/// An origin's connections for one credential: idle HTTP/1.1 ones (most
+/// recent last) and at most one shared HTTP/2 one.
 #[derive(Default)]
 struct Slot {
     idle: Vec<(Io, Instant)>,
@@ -181,7 +208,7 @@ struct Inner {
     connector: HttpsConnector<HttpConnector<Resolver>>,
     egress: Egress,
     idle_timeout: Duration,
-    slots: Mutex<HashMap<Origin, Slot>>,
+    slots: Mutex<HashMap<Key, Slot>>,
 }
 
 /// The pooled client to upstreams, built once at start and shared.
@@ -223,15 +250,24 @@ impl UpstreamClient {
     }
 
     /// Send `req` (absolute URI, `Host` already set) and return the
-    /// response head; the body streams from the connection.
-    pub async fn send(&self, req: Request<Bytes>) -> Result<Response<UpstreamBody>, SendError> {
-        let origin = Origin::of(req.uri())?;
-        let pooled = match self.inner.checkout(&origin) {
+    /// response head; the body streams from the connection. `pool_key`
+    /// names whose request this is (the credential it carries): it goes
+    /// only on connections that carried requests of the same key.
+    pub async fn send(
+        &self,
+        req: Request<Bytes>,
+        pool_key: &str,
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        let key = Key {
+            origin: Origin::of(req.uri())?,
+            credential: pool_key.into(),
+        };
+        let pooled = match self.inner.checkout(&key) {
             Some(p) => p,
             // Boxed: the connect path is rare, and its futures would
             // otherwise make every request's future (and every open stream)
             // larger.
-            None => Box::pin(self.inner.connect(&origin, req.uri().clone())).await?,
+            None => Box::pin(self.inner.connect(&key, req.uri().clone())).await?,
         };
         match pooled {
             Pooled::H1(io) => {
@@ -242,7 +278,7 @@ impl UpstreamClient {
                 Ok(resp.map(|body| {
                     let mut body = UpstreamBody(Kind::H1 {
                         body,
-                        back: Some((origin, pool)),
+                        back: Some((key, pool)),
                     });
                     body.give_back_if_done();
                     body
@@ -262,7 +298,8 @@ impl UpstreamClient {
         }
     }
 
-    /// Idle HTTP/1.1 connections and live HTTP/2 ones, across origins.
+    /// Idle HTTP/1.1 connections and live HTTP/2 ones, across origins and
+    /// credentials.
     pub fn idle_connections(&self) -> usize {
         let slots = self.inner.slots();
         slots
@@ -273,15 +310,15 @@ impl UpstreamClient {
 }
 
 impl Inner {
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<Origin, Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A pooled connection ready for a request, if any. Closed and expired
     /// ones are dropped on the way.
-    fn checkout(&self, origin: &Origin) -> Option<Pooled> {
+    fn checkout(&self, key: &Key) -> Option<Pooled> {
         let mut slots = self.slots();
-        let slot = slots.get_mut(origin)?;
+        let slot = slots.get_mut(key)?;
         let now = Instant::now();
         if let Some((tx, used)) = &mut slot.h2 {
             if tx.is_ready() {
@@ -298,7 +335,8 @@ impl Inner {
         None
     }
 
-    async fn connect(&self, origin: &Origin, uri: Uri) -> Result<Pooled, SendError> {
+    async fn connect(&self, key: &Key, uri: Uri) -> Result<Pooled, SendError> {
+        let origin = &key.origin;
         // The scheme and an IP-literal host here; a name's addresses in
         // the connector's resolver, as they are connected to.
         self.egress
@@ -322,13 +360,13 @@ impl Inner {
                 tracing::debug!(error = %e, "upstream HTTP/2 connection ended");
             }
         });
-        self.slots().entry(origin.clone()).or_default().h2 = Some((tx.clone(), Instant::now()));
+        self.slots().entry(key.clone()).or_default().h2 = Some((tx.clone(), Instant::now()));
         Ok(Pooled::H2(tx))
     }
 
-    fn put(&self, origin: Origin, io: Io) {
+    fn put(&self, key: Key, io: Io) {
         self.slots()
-            .entry(origin)
+            .entry(key)
             .or_default()
             .idle
             .push((io, Instant::now()));
@@ -366,7 +404,7 @@ pub struct UpstreamBody(Kind);
 enum Kind {
     H1 {
         body: h1::Body<Io>,
-        back: Option<(Origin, Weak<Inner>)>,
+        back: Option<(Key, Weak<Inner>)>,
     },
     H2(Incoming),
 }
@@ -379,9 +417,9 @@ impl UpstreamBody {
         let Some(io) = body.take_reusable() else {
             return;
         };
-        if let Some((origin, pool)) = back.take() {
+        if let Some((key, pool)) = back.take() {
             if let Some(pool) = pool.upgrade() {
-                pool.put(origin, io);
+                pool.put(key, io);
             }
         }
     }
@@ -452,5 +490,22 @@ mod tests {
             slots.get(&origin("https://upstream.example.com:443/")),
             None
         );
+    }
+
+    #[test]
+    fn one_origin_has_a_pool_per_credential() {
+        let key = |u: &str, credential: &str| Key {
+            origin: Origin::of(&u.parse::<Uri>().unwrap()).unwrap(),
+            credential: credential.into(),
+        };
+        let mut slots = HashMap::new();
+        slots.insert(key("https://up.example/mcp", "gh"), 1);
+        slots.insert(key("https://up.example/mcp", "gh-admin"), 2);
+        slots.insert(key("https://up.example/mcp", "oauth:gh"), 3);
+        assert_eq!(slots.len(), 3);
+        assert_eq!(slots.get(&key("https://UP.example/x", "gh")), Some(&1));
+        assert_eq!(slots.get(&key("https://up.example/", "gh-admin")), Some(&2));
+        assert_eq!(slots.get(&key("https://up.example/", "GH")), None);
+        assert_eq!(slots.get(&key("https://up.example/", "")), None);
     }
 }

@@ -299,7 +299,14 @@ async fn proxy(
     let credential = || upstream.credential.clone();
     let (resp, redactor) = match &upstream.auth {
         Auth::Static(inj) => {
-            let up_req = upstream_request(parts.method, uri, parts.headers, inj, body);
+            let up_req = upstream_request(
+                parts.method,
+                uri,
+                parts.headers,
+                inj,
+                body,
+                state.config.allow_range,
+            );
             (
                 send(state, up_req, &upstream.credential).await?,
                 inj.redactor.clone(),
@@ -387,6 +394,23 @@ fn check_shape(
     // and Transfer-Encoding, was refused before hyper parsed it
     // (`raw_head`), and tessera frames what it forwards with its own
     // Content-Length (tests/it/hostile.rs).
+    //
+    // A GET or DELETE body is never inspected (only a POST's is), and many
+    // servers answer a GET without reading its body: on a kept-alive
+    // upstream connection the unread body is then parsed as the next
+    // request, unauthorized and carrying the stored credential. MCP gives
+    // neither method a body, so one is refused before it is read.
+    if matches!(parts.method, http::Method::GET | http::Method::DELETE) {
+        let length = h
+            .get(header::CONTENT_LENGTH)
+            .map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()));
+        let empty = matches!(length, None | Some(Some(0)));
+        if !empty || h.contains_key(header::TRANSFER_ENCODING) {
+            return Err(ProxyError::InvalidRequest(
+                "a GET or DELETE request may not carry a body",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -400,7 +424,10 @@ async fn send(
     // A reference-counted copy, not an allocation.
     let authority = req.uri().authority().cloned();
     let sent = Instant::now();
-    let resp = tokio::time::timeout(state.config.upstream_timeout, state.client.send(req)).await;
+    // Pooled per credential: a connection that carried this credential
+    // never carries another's requests.
+    let sending = state.client.send(req, credential);
+    let resp = tokio::time::timeout(state.config.upstream_timeout, sending).await;
     state.metrics.upstream_latency(sent.elapsed());
     let credential = || credential.to_string();
     match resp {
@@ -459,6 +486,7 @@ async fn send_oauth(
         parts.headers.clone(),
         &token.injection,
         body.clone(),
+        state.config.allow_range,
     );
     let resp = send(state, first, credential).await?;
     if resp.status() != http::StatusCode::UNAUTHORIZED {
@@ -466,7 +494,14 @@ async fn send_oauth(
     }
     drop(resp);
     let token = source.refresh(&cx, Some(&token)).await.map_err(no_token)?;
-    let again = upstream_request(parts.method, uri, parts.headers, &token.injection, body);
+    let again = upstream_request(
+        parts.method,
+        uri,
+        parts.headers,
+        &token.injection,
+        body,
+        state.config.allow_range,
+    );
     let resp = send(state, again, credential).await?;
     Ok((resp, token.injection.redactor.clone()))
 }

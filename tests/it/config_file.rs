@@ -33,6 +33,7 @@ fn config_check_shows_each_value_and_where_it_came_from() {
         dir.path(),
         "listen = \"127.0.0.1:9999\"\n\
          max_body_bytes = 1024\n\
+         allow_range = true\n\
          refresh-ms = 700\n\
          upstream-timeout-ms = 800\n\
          allowed-origin = [\"http://a.example\", \"http://b.example\"]\n\
@@ -63,6 +64,7 @@ fn config_check_shows_each_value_and_where_it_came_from() {
     );
     assert_eq!(row(&text, "refresh-ms"), ("600".into(), "env".into()));
     assert_eq!(row(&text, "max-body-bytes"), ("1024".into(), "file".into()));
+    assert_eq!(row(&text, "allow-range"), ("true".into(), "file".into()));
     assert_eq!(
         row(&text, "listen"),
         ("127.0.0.1:9999".into(), "file".into())

@@ -295,3 +295,50 @@ async fn upstream_redirects_are_not_followed() {
     assert!(!location.contains(SECRET), "{location}");
     assert_eq!(up.seen().len(), 3);
 }
+
+/// `Expect` never reaches the upstream: tessera holds the whole body, and an
+/// upstream told to expect one may answer before reading it. `Range` and
+/// `If-Range` reach it only with `--allow-range`: slices of an answer that
+/// reflects the secret could be joined around its redaction.
+#[tokio::test]
+async fn expect_and_range_headers_are_stripped_unless_ranges_are_allowed() {
+    let up = Upstream::start().await;
+    let strict = Proxy::start(Proxy::dir()).await;
+    let ranged = Proxy::start_with(Proxy::dir(), |c| c.allow_range = true).await;
+    for (p, ranges) in [(&strict, false), (&ranged, true)] {
+        let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+        let before = up.seen().len();
+        for method in [http::Method::GET, http::Method::POST] {
+            let body = if method == http::Method::POST {
+                tools_call(1, "t")
+            } else {
+                String::new()
+            };
+            let r = client()
+                .request(method.clone(), &a.url)
+                .bearer_auth(&a.token)
+                .header("expect", "100-continue")
+                .header("range", "bytes=0-5")
+                .header("if-range", "\"v1\"")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{method}");
+        }
+        let seen = up.seen();
+        assert_eq!(seen.len(), before + 2);
+        for s in &seen[before..] {
+            let what = format!("{} with --allow-range {ranges}", s.method);
+            assert!(s.headers.get("expect").is_none(), "{what}: Expect");
+            let range = s.headers.get("range").map(|v| v.to_str().unwrap());
+            let if_range = s.headers.get("if-range").map(|v| v.to_str().unwrap());
+            if ranges {
+                assert_eq!(range, Some("bytes=0-5"), "{what}");
+                assert_eq!(if_range, Some("\"v1\""), "{what}");
+            } else {
+                assert_eq!((range, if_range), (None, None), "{what}");
+            }
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Hostile callers over real sockets: every input in tests/hostile/README.md
-//! gets its documented answer, none reaches the upstream, and the limits
-//! (in flight, rate, failed authentication) answer 429 with Retry-After.
+//! gets its documented answer, none reaches the upstream (not even as a
+//! request smuggled in a body), and the limits (in flight, rate, failed
+//! authentication) answer 429 with Retry-After.
 
 use std::time::Duration;
 
@@ -32,6 +33,19 @@ fn answer(raw: &str) -> (u16, Option<i64>) {
         .ok()
         .and_then(|v| v["error"]["code"].as_i64());
     (status, code)
+}
+
+/// Assert `/metrics` counts `n` refusals for `reason`.
+fn assert_refusals(p: &Proxy, reason: &str, n: u64) {
+    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
+        audit_queue_depth: 0,
+        audit_failing: false,
+    });
+    let line = format!("tessera_refusals_total{{reason=\"{reason}\"}} {n}");
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "no {line} in\n{metrics}"
+    );
 }
 
 /// What a hostile request is, its target, header lines and body, and the
@@ -298,14 +312,7 @@ async fn malformed_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
         assert_eq!(got.matches("HTTP/1.1").count(), 1, "{what}: {got}");
     }
     assert!(up.seen().is_empty(), "{:?}", up.seen());
-    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
-        audit_queue_depth: 0,
-        audit_failing: false,
-    });
-    assert!(
-        metrics.contains("tessera_refusals_total{reason=\"framing\"} 4"),
-        "{metrics}"
-    );
+    assert_refusals(&p, "framing", 4);
 
     // One length, the usual way, on the same proxy: served, and what
     // reaches the upstream is framed by tessera with one length.
@@ -396,12 +403,7 @@ async fn slow_heads_and_slow_bodies_get_408_and_idle_connections_close() {
     assert_eq!(answer(&got), (408, Some(-32600)), "{got}");
     // The one whole request reached the upstream; neither stalled one did.
     assert_eq!(up.seen().len(), 1);
-    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
-        audit_queue_depth: 0,
-        audit_failing: false,
-    });
-    let counted = "tessera_refusals_total{reason=\"request_timeout\"} 2";
-    assert!(metrics.contains(counted), "{metrics}");
+    assert_refusals(&p, "request_timeout", 2);
 }
 
 #[tokio::test]
@@ -536,4 +538,87 @@ async fn failed_authentication_is_throttled_but_the_real_caller_gets_through() {
             "missing {line} in\n{metrics}"
         );
     }
+}
+
+/// A GET or DELETE body is never inspected, and an upstream that answers a
+/// GET without reading its body (Python's `http.server`) reads it as the
+/// next request on the kept-alive connection: a whole request smuggled past
+/// the policies, carrying the stored credential. Such a body is refused
+/// before it is read, and the upstream sees no request at all.
+#[tokio::test]
+async fn get_and_delete_bodies_are_refused_and_nothing_is_smuggled() {
+    let ok = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+    let up = HeadOnlyUpstream::start(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{ok}",
+            ok.len()
+        )
+        .into_bytes(),
+    )
+    .await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let path = a.url.strip_prefix(&p.base()).unwrap().to_string();
+    let auth = format!("authorization: Bearer {}", a.token);
+    // Two whole requests: a method tessera never forwards, and a tool call
+    // no policy would see.
+    let denied = tools_call(2, "delete_repo");
+    let smuggled = format!(
+        "PUT /admin/wipe HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n\
+         POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{denied}",
+        denied.len()
+    );
+    let chunked = format!("{:x}\r\n{smuggled}\r\n0\r\n\r\n", smuggled.len());
+    for method in ["GET", "DELETE"] {
+        for (framing, body) in [
+            (format!("content-length: {}", smuggled.len()), &smuggled),
+            ("transfer-encoding: chunked".to_string(), &chunked),
+        ] {
+            let headers = [auth.clone(), framing.clone()];
+            let got = raw(&p, method, &path, &headers, body.as_bytes()).await;
+            assert_eq!(
+                answer(&got),
+                (400, Some(-32600)),
+                "{method}, {framing}: {got}"
+            );
+            assert!(got.contains("may not carry a body"), "{got}");
+            assert_eq!(got.matches("HTTP/1.1 ").count(), 1, "{got}");
+        }
+    }
+    assert!(
+        up.request_lines().is_empty(),
+        "the upstream saw {:?}",
+        up.request_lines()
+    );
+    assert_refusals(&p, "invalid", 4);
+
+    // Without a body (or with an empty one) both are forwarded, and so is a
+    // POST; each reaches the upstream as the one request it is.
+    let call = tools_call(3, "t");
+    for (method, headers, body) in [
+        ("GET", vec![auth.clone()], ""),
+        ("GET", vec![auth.clone(), "content-length: 0".into()], ""),
+        ("DELETE", vec![auth.clone()], ""),
+        (
+            "POST",
+            vec![
+                auth.clone(),
+                "content-type: application/json".into(),
+                format!("content-length: {}", call.len()),
+            ],
+            call.as_str(),
+        ),
+    ] {
+        let got = raw(&p, method, &path, &headers, body.as_bytes()).await;
+        assert_eq!(answer(&got).0, 200, "{method}: {got}");
+    }
+    assert_eq!(
+        up.request_lines(),
+        [
+            "GET /mcp HTTP/1.1",
+            "GET /mcp HTTP/1.1",
+            "DELETE /mcp HTTP/1.1",
+            "POST /mcp HTTP/1.1"
+        ]
+    );
 }

@@ -1,6 +1,7 @@
 //! The upstream connection pool: connections are reused, handed back when
 //! a response ends (streams included), replaced when the upstream closes
-//! them, and closed after the idle timeout.
+//! them, closed after the idle timeout or an error answer to a request with
+//! a body, and never shared between credentials.
 
 use std::time::Duration;
 
@@ -8,7 +9,17 @@ use bytes::Bytes;
 
 use crate::support::*;
 
+/// The upstream connection (tessera's end) each request arrived on, in order.
+fn peers(up: &Upstream) -> Vec<std::net::SocketAddr> {
+    up.seen().iter().map(|s| s.peer).collect()
+}
+
 async fn call(a: &Agent, url: &str) -> reqwest::Response {
+    call_answered(a, url, 200).await
+}
+
+/// POST a `tools/call` to `url` as `a`, the answer's status checked.
+async fn call_answered(a: &Agent, url: &str, status: u16) -> reqwest::Response {
     let r = client()
         .post(url)
         .bearer_auth(&a.token)
@@ -17,7 +28,7 @@ async fn call(a: &Agent, url: &str) -> reqwest::Response {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), status);
     r
 }
 
@@ -34,11 +45,11 @@ async fn sequential_requests_share_one_upstream_connection_in_origin_form() {
             .unwrap();
     }
     let seen = up.seen();
-    assert_eq!(seen.len(), 3);
+    let peers = peers(&up);
+    assert_eq!(peers.len(), 3);
     assert!(
-        seen.iter().all(|s| s.peer == seen[0].peer),
-        "a new upstream connection per request: {:?}",
-        seen.iter().map(|s| s.peer).collect::<Vec<_>>()
+        peers.iter().all(|&p| p == peers[0]),
+        "a new upstream connection per request: {peers:?}"
     );
     // HTTP/1.1 to an origin server: the origin form, not an absolute URI.
     assert_eq!(seen[0].target, "/mcp/x?q=1");
@@ -142,7 +153,7 @@ async fn https_requests_reuse_one_connection(alpn: &[&[u8]], version: http::Vers
             .header("authorization", "Bearer stored")
             .body(Bytes::from("{}"))
             .unwrap();
-        let resp = c.send(req).await.unwrap();
+        let resp = c.send(req, "gh").await.unwrap();
         assert_eq!(resp.status(), 200);
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "ok");
@@ -161,4 +172,56 @@ async fn https_requests_reuse_one_connection(alpn: &[&[u8]], version: http::Vers
         assert_eq!(auth.as_ref().unwrap(), "Bearer stored");
     }
     assert_eq!(c.idle_connections(), 1);
+}
+
+/// Two credentials on one upstream origin never share a connection, so bytes
+/// one credential's request leaves on a connection cannot reach the
+/// upstream in front of the other's; each credential's requests reuse its
+/// own.
+#[tokio::test]
+async fn each_credential_has_its_own_upstream_connections() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let b = p.agent("gh-admin", &up.url("/mcp"), "admin").await;
+    for agent in [&a, &b, &a, &b] {
+        call(agent, &agent.url).await.bytes().await.unwrap();
+    }
+    let peers = peers(&up);
+    assert_eq!(peers.len(), 4);
+    assert_ne!(
+        peers[0], peers[1],
+        "two credentials shared an upstream connection"
+    );
+    assert_eq!(peers[2], peers[0], "gh's connection was not reused");
+    assert_eq!(peers[3], peers[1], "gh-admin's connection was not reused");
+    assert_eq!(p.state.client.idle_connections(), 2);
+}
+
+/// An upstream may answer an error before it reads a request's body, which
+/// is then read as the connection's next request: after an error answer to
+/// a request with a body the connection is closed and the next request gets
+/// a new one; after a 2xx it is reused.
+#[tokio::test]
+async fn a_connection_is_not_reused_after_an_error_answer_to_a_request_with_a_body() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url(""), "agent").await;
+    let (mcp, reject) = (format!("{}/mcp", a.url), format!("{}/reject", a.url));
+    call(&a, &mcp).await.bytes().await.unwrap();
+    call(&a, &mcp).await.bytes().await.unwrap();
+    let closed = up.connection_closed();
+    let r = call_answered(&a, &reject, 400).await;
+    r.bytes().await.unwrap();
+    call(&a, &mcp).await.bytes().await.unwrap();
+    let peers = peers(&up);
+    assert_eq!(peers.len(), 4);
+    assert_eq!(peers[1], peers[0], "not reused after a 2xx");
+    assert_eq!(peers[2], peers[0], "not reused after a 2xx");
+    assert_ne!(
+        peers[3], peers[2],
+        "reused after an error answer to a request with a body"
+    );
+    closed.await;
+    assert_eq!(p.state.client.idle_connections(), 1);
 }

@@ -52,6 +52,8 @@ pub struct Seen {
 ///   `Authorization` value in its query;
 /// - `/sse`: an event stream fed by the test through `sse_sender()`;
 /// - `/close`: a normal answer, then the connection is closed;
+/// - `/reject`: 400 with a JSON-RPC error (an upstream refusing a request,
+///   as one may before it has read the body);
 /// - `/sse-tools`: a `tools/list` answered over SSE (a comment, a progress
 ///   notification, then the result split over two `data:` lines), sent in
 ///   7-byte pieces so events straddle frames.
@@ -205,6 +207,13 @@ async fn answer(
             .header("connection", "close")
             .header("content-type", "application/json")
             .body(full("{}".into())),
+        "/reject" => Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .header("content-type", "application/json")
+            .body(full(
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"rejected"}}"#
+                    .into(),
+            )),
         "/redirect-home" => Response::builder()
             .status(StatusCode::FOUND)
             .header("location", "/c/someone-elses-connection")
@@ -314,6 +323,72 @@ async fn answer(
         }
     };
     Ok(resp.unwrap())
+}
+
+/// An upstream on raw TCP (no hyper) that reads requests as Python's stdlib
+/// `http.server` does on a kept-alive connection: each request's head, never
+/// its body, so whatever a body leaves on the connection is read as the
+/// next request. Every request is answered with the same bytes and the
+/// connection kept open. It records every request line it reads.
+pub struct HeadOnlyUpstream {
+    pub addr: SocketAddr,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl HeadOnlyUpstream {
+    /// Answer every request with `answer` (a whole response).
+    pub async fn start(answer: Vec<u8>) -> HeadOnlyUpstream {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (seen, answer) = (lines.clone(), Bytes::from(answer));
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let (seen, answer) = (seen.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let (rd, mut wr) = s.into_split();
+                    let mut rd = tokio::io::BufReader::new(rd);
+                    let mut line = Vec::new();
+                    loop {
+                        // The request line, then header lines up to an
+                        // empty one; a line cut short by the close is not
+                        // a request.
+                        line.clear();
+                        let n = rd.read_until(b'\n', &mut line).await.unwrap_or(0);
+                        if n == 0 || !line.ends_with(b"\n") {
+                            return;
+                        }
+                        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                        seen.lock().unwrap().push(text);
+                        loop {
+                            line.clear();
+                            let n = rd.read_until(b'\n', &mut line).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            if line == b"\r\n" || line == b"\n" {
+                                break;
+                            }
+                        }
+                        if wr.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        HeadOnlyUpstream { addr, lines }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every request line read so far, in order.
+    pub fn request_lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
 }
 
 /// Whether this test binary runs the suite on Postgres.

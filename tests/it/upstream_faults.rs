@@ -249,6 +249,34 @@ async fn broken_upstreams_get_documented_answers_and_leave_nothing_behind() {
     assert_eq!(p.state.client.idle_connections(), 0);
 }
 
+/// tessera sends no `TE`, so `chunked` is the one transfer coding an
+/// upstream may use: a body de-chunked but still gzip-coded would pass the
+/// redactor unread. Such an answer is a 502, and its connection is closed.
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_a_502() {
+    let gzip = Faulty::start(|mut s| async move {
+        read_request(&mut s).await;
+        s.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+              transfer-encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        Some(s)
+    })
+    .await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gzipped", &gzip.url(), "agent").await;
+    let closed = gzip.closed.notified();
+    let (s, v) = post_json(&a, tools_call(1, "t")).await;
+    assert_eq!(s, 502, "{v}");
+    assert_eq!(v["error"]["code"], -32010);
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the upstream connection stayed open");
+    assert_eq!(p.state.client.idle_connections(), 0);
+}
+
 #[tokio::test]
 async fn an_untrusted_upstream_certificate_is_a_502_naming_the_host_until_its_ca_is_configured() {
     use base64::Engine;
