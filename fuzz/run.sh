@@ -18,7 +18,7 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
     echo "fuzz: installing cargo-fuzz $CARGO_FUZZ_VERSION" >&2
     cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION" --quiet
 fi
-targets=(jsonrpc sse headers route raw_head)
+targets=(jsonrpc sse headers route raw_head redact)
 # All targets in one build (run would build them one by one).
 cargo fuzz build --sanitizer none -O >&2
 for t in "${targets[@]}"; do

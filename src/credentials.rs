@@ -94,6 +94,21 @@ pub fn injection(
     username: Option<&str>,
     secret: &SecretString,
 ) -> Result<Injection, CredentialError> {
+    injection_after(scheme, header_name, username, secret, None)
+}
+
+/// As [`injection`], for a credential that injected `previous` until now:
+/// the same header is kept as it was (its redactor is not built again);
+/// a new secret is injected, and the replaced one is still redacted for
+/// [`crate::redact::RETIRED_GRACE`] (an upstream may echo a request made
+/// with it, or show it later).
+pub fn injection_after(
+    scheme: Scheme,
+    header_name: Option<&str>,
+    username: Option<&str>,
+    secret: &SecretString,
+    previous: Option<&Injection>,
+) -> Result<Injection, CredentialError> {
     let s = secret.expose_secret();
     if s.is_empty() {
         return Err(CredentialError::EmptySecret);
@@ -121,9 +136,16 @@ pub fn injection(
     };
     let mut value = HeaderValue::from_str(&raw).map_err(|_| CredentialError::BadSecret)?;
     value.set_sensitive(true);
+    if let Some(p) = previous.filter(|p| p.name == name && p.value == value) {
+        return Ok(p.clone());
+    }
     let redactor = match basic {
         Some(sent) => crate::redact::Redactor::sent_as(secret, sent),
         None => crate::redact::Redactor::new([secret]),
+    };
+    let redactor = match previous {
+        Some(p) => p.redactor.succeeded_by(&redactor),
+        None => redactor,
     };
     Ok(Injection {
         name,

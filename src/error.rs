@@ -107,6 +107,10 @@ pub enum ProxyError {
         credential: String,
         error: crate::oauth::TokenError,
     },
+    /// The upstream answered in a content coding tessera cannot undo (so
+    /// it could not be scanned for the secret, nor filtered).
+    #[error("upstream error for credential {credential:?}: the MCP server answered in a content coding tessera cannot decode")]
+    UpstreamEncoding { credential: String },
     /// A `tools/list` answer that could not be filtered is not passed on.
     #[error("upstream error for credential {credential:?}: {error}")]
     ToolsList {
@@ -170,6 +174,7 @@ impl ProxyError {
             | CredentialRejected { .. }
             | UpstreamProtocol { .. }
             | ToolsList { .. }
+            | UpstreamEncoding { .. }
             | TokenEndpoint { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -196,6 +201,7 @@ impl ProxyError {
             | UpstreamProtocol { .. }
             | CredentialRejected { .. }
             | ToolsList { .. }
+            | UpstreamEncoding { .. }
             | TokenEndpoint { .. } => -32010,
             UpstreamTimeout { .. } => -32011,
         }
@@ -232,13 +238,19 @@ impl ProxyError {
             UpstreamTimeout { .. } => "upstream_timeout",
             CredentialRejected { .. } => "credential_rejected",
             UpstreamProtocol { .. } => "upstream_protocol",
+            UpstreamEncoding { .. } => "upstream_encoding",
         }
     }
 
     /// The response: status, JSON-RPC error body carrying the request's id
     /// when it could be read (`null` otherwise), and the headers a client
-    /// needs to act (`Allow`, tessera's own `WWW-Authenticate`).
-    pub fn into_response(self, id: Option<&RawValue>) -> Response<ProxyBody> {
+    /// needs to act (`Allow`, tessera's own `WWW-Authenticate`). With the
+    /// credential's `redactor`, the body is redacted like an upstream's.
+    pub fn into_response(
+        self,
+        id: Option<&RawValue>,
+        redactor: Option<&crate::redact::Redactor>,
+    ) -> Response<ProxyBody> {
         let body = match self {
             ProxyError::ToolDenied { .. } | ProxyError::ToolHeld { .. } => serde_json::json!({
                 "jsonrpc": "2.0",
@@ -254,7 +266,12 @@ impl ProxyError {
                 "error": { "code": self.code(), "message": self.to_string() },
             }),
         };
-        let mut resp = Response::new(full(Bytes::from(body.to_string())));
+        let body = body.to_string();
+        let body = match redactor {
+            Some(r) => r.text(&body).into_owned(),
+            None => body,
+        };
+        let mut resp = Response::new(full(Bytes::from(body)));
         *resp.status_mut() = self.status();
         let h = resp.headers_mut();
         h.insert(
@@ -316,9 +333,9 @@ mod tests {
     #[test]
     fn response_carries_id_and_headers() {
         let id = RawValue::from_string("7".into()).unwrap();
-        let r = ProxyError::Unauthorized.into_response(Some(&id));
+        let r = ProxyError::Unauthorized.into_response(Some(&id), None);
         assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
-        let r = ProxyError::MethodNotAllowed.into_response(None);
+        let r = ProxyError::MethodNotAllowed.into_response(None, None);
         assert_eq!(r.headers()["allow"], "POST, GET, DELETE");
     }
 }

@@ -133,7 +133,8 @@ pub fn remove_hop_by_hop_and(h: &mut HeaderMap, also: impl Fn(&HeaderName) -> bo
 }
 
 /// Strip the caller's credentials and hop-by-hop headers (and `Range`,
-/// `If-Range` unless `allow_range`), then inject the stored credential.
+/// `If-Range` unless `allow_range`), ask for an uncoded answer, then
+/// inject the stored credential.
 /// Everything else (`Mcp-Session-Id`, `MCP-Protocol-Version`,
 /// `Last-Event-ID`, `Accept`, `Content-Type`, `Mcp-Method`, `Mcp-Name`,
 /// `Mcp-Param-*`, …) passes unchanged.
@@ -141,6 +142,12 @@ pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection, allow_range: bool) {
     remove_hop_by_hop_and(h, |n| {
         STRIPPED_REQUEST.contains(n) || (!allow_range && RANGE_REQUEST.contains(n))
     });
+    // The answer is scanned for the secret, so it is asked for as plain
+    // bytes (what still arrives coded is decoded: `crate::decode`).
+    h.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     // `insert` replaces every value the caller may have sent under the
     // credential's header name (e.g. its own X-Api-Key).
     h.insert(inj.name.clone(), inj.value.clone());
@@ -279,6 +286,7 @@ mod tests {
             h.append(n, v("1"));
             h.append(n, v("2"));
         }
+        h.insert(header::ACCEPT_ENCODING, v("gzip, deflate, br"));
         for keep in [
             "mcp-session-id",
             "mcp-protocol-version",
@@ -322,10 +330,12 @@ mod tests {
         ] {
             assert!(!h.contains_key(gone), "{gone}");
         }
-        assert_eq!(h.len(), 9);
+        // The answer is asked for uncoded, whatever the caller accepts.
+        assert_eq!(h[header::ACCEPT_ENCODING], "identity");
+        assert_eq!(h.len(), 10);
         // --allow-range: the range headers pass, nothing else changes.
         strip_and_inject(&mut allowed, inj, true);
-        assert_eq!(allowed.len(), 11);
+        assert_eq!(allowed.len(), 12);
         assert!(allowed.contains_key("range") && allowed.contains_key("if-range"));
         assert!(!allowed.contains_key("expect"));
     }

@@ -182,6 +182,158 @@ pub fn raw_head(data: &[u8]) {
     );
 }
 
+/// The redactor against the attacker's encodings (`fuzz/fuzz_targets/
+/// redact.rs`). From the input: a secret of 16 to 64 bytes, a chain of the
+/// encodings an upstream could reflect it in (a serializer's escaping or a
+/// cut, then maybe a block encoding, then up to three layers of escapes,
+/// or a case change), text around it, where it goes (a body split into
+/// frames at the input's choice and maybe gzip-coded; header values; a
+/// header cut across fields). Whatever the input, no decoding of what the
+/// redactor passes on (`crate::leaks::leak`, written apart from it) shows
+/// a piece of the secret of [`crate::redact::threshold`] bytes or more.
+pub fn redact(data: &[u8]) {
+    use crate::leaks::{encode_chain, leak, Encoding as E};
+    use http_body_util::BodyExt;
+    let mut input = data.iter().copied();
+    let mut next = || input.next().unwrap_or(0);
+    // The secret: the characters of real tokens, and `/+=` now and then.
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_/+=.";
+    let len = 16 + usize::from(next() % 49);
+    let wide = next() % 4 == 0;
+    let secret: Vec<u8> = (0..len)
+        .map(|_| ALPHABET[usize::from(next()) % if wide { ALPHABET.len() } else { 64 }])
+        .collect();
+    // The chain, in the forms the redactor's model covers (crate::redact).
+    const PRE: [Option<E>; 8] = [
+        None,
+        None,
+        Some(E::JsonPhp),
+        Some(E::JsonGo),
+        Some(E::JsonString),
+        Some(E::PercentComponentUpper),
+        Some(E::DropLast),
+        Some(E::DropFirst),
+    ];
+    const BLOCK: [Option<E>; 12] = [
+        None,
+        None,
+        Some(E::Base64Std),
+        Some(E::Base64StdNoPad),
+        Some(E::Base64StdPadPercent),
+        Some(E::Base64Url),
+        Some(E::Base64UrlNoPad),
+        Some(E::Base64Embedded0),
+        Some(E::Base64Embedded1),
+        Some(E::Base64Embedded2),
+        Some(E::HexLower),
+        Some(E::HexUpper),
+    ];
+    const ESCAPE: [E; 11] = [
+        E::JsonUnicodeLower,
+        E::JsonUnicodeUpper,
+        E::JsonUnicodeSome,
+        E::JsonPhp,
+        E::JsonString,
+        E::PercentAllUpper,
+        E::PercentAllLower,
+        E::PercentComponentLower,
+        E::HtmlDecimal,
+        E::HtmlHex,
+        E::JsonGo,
+    ];
+    const CASE: [E; 3] = [E::Upper, E::Lower, E::SwapCase];
+    let mut chain: Vec<E> = Vec::new();
+    chain.extend(PRE[usize::from(next()) % PRE.len()]);
+    let block = BLOCK[usize::from(next()) % BLOCK.len()];
+    chain.extend(block);
+    if block.is_none() && next() % 4 == 0 {
+        chain.push(CASE[usize::from(next()) % CASE.len()]);
+    }
+    for _ in 0..next() % 4 {
+        chain.push(ESCAPE[usize::from(next()) % ESCAPE.len()]);
+    }
+    let seed = u64::from(next());
+    let form = encode_chain(&chain, &secret, seed);
+    // Text around it, from the input (printable, no newline in a header).
+    let where_ = next() % 4;
+    let mut text = || -> Vec<u8> {
+        let n = next() % 24;
+        (0..n)
+            .map(|_| match next() {
+                b @ 0x20..=0x7e => b,
+                _ => b' ',
+            })
+            .collect()
+    };
+    let (before, after) = (text(), text());
+    let redactor = std::sync::Arc::new(crate::redact::Redactor::new([&SecretString::from(
+        String::from_utf8_lossy(&secret).into_owned(),
+    )]));
+    let t = crate::redact::threshold(secret.len());
+    let out: Vec<u8> = match where_ {
+        // A body: JSON or an SSE event, in frames cut where the input says.
+        0 | 1 => {
+            let mut body = before.clone();
+            if where_ == 1 {
+                body.splice(0..0, b"data: ".iter().copied());
+            }
+            body.extend_from_slice(&form);
+            body.extend_from_slice(&after);
+            if where_ == 1 {
+                body.extend_from_slice(b"\n\n");
+            }
+            let mut frames = Vec::new();
+            let mut rest = &body[..];
+            while !rest.is_empty() {
+                let n = (usize::from(next()) % 9 + 1).min(rest.len());
+                frames.push(Ok::<_, std::convert::Infallible>(http_body::Frame::data(
+                    bytes::Bytes::copy_from_slice(&rest[..n]),
+                )));
+                rest = &rest[n..];
+            }
+            let body = redactor.body(http_body_util::StreamBody::new(futures_util::stream::iter(
+                frames,
+            )));
+            futures_util::FutureExt::now_or_never(body.collect())
+                .expect("a body of ready frames is ready")
+                .expect("no error")
+                .to_bytes()
+                .to_vec()
+        }
+        // Header values, the form cut across two fields at the input's
+        // choice, and a field named by it.
+        _ => {
+            let mut h = HeaderMap::new();
+            let mut value = before.clone();
+            value.extend_from_slice(&form);
+            value.extend_from_slice(&after);
+            let cut = usize::from(next()) % (value.len() + 1);
+            for (name, part) in [("x-a", &value[..cut]), ("x-b", &value[cut..])] {
+                if let Ok(v) = HeaderValue::from_bytes(part) {
+                    h.append(name, v);
+                }
+            }
+            if let Ok(name) = HeaderName::from_bytes(&form.to_ascii_lowercase()) {
+                h.append(name, HeaderValue::from_static("1"));
+            }
+            redactor.headers(&mut h);
+            let mut out = Vec::new();
+            for (k, v) in &h {
+                out.extend_from_slice(k.as_str().as_bytes());
+                out.extend_from_slice(v.as_bytes());
+            }
+            out
+        }
+    };
+    if let Some(how) = leak(&out, &secret, t) {
+        panic!(
+            "chain {chain:?} leaks: {how}\nsecret {:?}\nout {:?}",
+            String::from_utf8_lossy(&secret),
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Findings of the fuzz targets, kept as regression tests, and a few
@@ -214,6 +366,16 @@ mod tests {
     #[test]
     fn a_fragment_cannot_leave_a_dot_segment_behind() {
         super::route(b"\x01/c/c/..#\x01/c/c/.c-\x15-a");
+    }
+
+    #[test]
+    fn redact_seeds() {
+        for seed in 0u8..=255 {
+            let data: Vec<u8> = (0..64u8)
+                .map(|i| i.wrapping_mul(37).wrapping_add(seed))
+                .collect();
+            super::redact(&data);
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 28] = [
+pub const REASONS: [&str; 29] = [
     "method",
     "not_found",
     "origin",
@@ -61,6 +61,7 @@ pub const REASONS: [&str; 28] = [
     "upstream_timeout",
     "credential_rejected",
     "upstream_protocol",
+    "upstream_encoding",
 ];
 
 /// The process's counters.

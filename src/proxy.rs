@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use compact_str::CompactString;
-use http::{header, HeaderMap, Request, Response};
+use http::{header, HeaderMap, HeaderName, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
@@ -82,7 +82,17 @@ pub async fn handle(
                 .id
                 .as_deref()
                 .and_then(|s| serde_json::value::RawValue::from_string(s.to_owned()).ok());
-            e.into_response(id.as_deref())
+            // The error's text may quote an upstream (a TLS peer's names):
+            // it is redacted like the upstream's own answer.
+            let redactor = access.connection_id.as_deref().and_then(|c| {
+                state
+                    .snapshot
+                    .load()
+                    .connections
+                    .get(c)
+                    .map(|c| c.upstream.redactor())
+            });
+            e.into_response(id.as_deref(), redactor.as_deref())
         }
     };
     tracing::info!(
@@ -153,7 +163,7 @@ async fn proxy(
     peer: std::net::IpAddr,
     access: &mut Access,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let limits = &state.config.limits;
 
     // The request's shape before anything else: no lookup is spent on an
@@ -287,10 +297,6 @@ async fn proxy(
         return Err(ProxyError::AuditUnavailable);
     }
     enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
-    if tool_filter.is_some() {
-        // The answer is read to be filtered: ask for it uncompressed.
-        parts.headers.remove(header::ACCEPT_ENCODING);
-    }
 
     // Forward: strip, inject, send on the pooled client. An OAuth
     // credential's token is fetched first when none is fresh, and once more
@@ -329,8 +335,17 @@ async fn proxy(
     }
     let (mut parts, body) = resp.into_parts();
     filter_response_headers(&mut parts.headers);
+    // What is read (redaction, the tools/list filter) is the answer as the
+    // caller will decode it: a content coding tessera asked not to get is
+    // undone here, and the caller gets the answer uncoded.
+    let codings = undo_codings(&mut parts).map_err(|e| {
+        tracing::warn!(credential = %upstream.credential, error = %e, "an upstream answer tessera cannot decode");
+        ProxyError::UpstreamEncoding {
+            credential: credential(),
+        }
+    })?;
     // The secret injected on this request never comes back, in headers or
-    // body, whatever the upstream echoes.
+    // body, in any form a client can decode (`crate::redact`).
     redactor.headers(&mut parts.headers);
     // Locations are judged as the caller will get them: after redaction
     // (found by fuzzing: a redacted host could no longer be parsed).
@@ -345,7 +360,9 @@ async fn proxy(
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     // The caller's request counts as in flight until this body ends.
     let body = Metered::new(
-        redactor.body(body),
+        redactor
+            .clone()
+            .body(crate::decode::decode_body(codings, body)),
         &state.metrics,
         event_stream,
         admitted,
@@ -355,7 +372,8 @@ async fn proxy(
         None => body.boxed(),
         Some(f) => {
             let filtered = f.apply(parts.status, &mut parts.headers, body);
-            match tokio::time::timeout(state.config.upstream_timeout, filtered).await {
+            let filtered = match tokio::time::timeout(state.config.upstream_timeout, filtered).await
+            {
                 Err(_) => {
                     return Err(ProxyError::UpstreamTimeout {
                         credential: credential(),
@@ -365,10 +383,47 @@ async fn proxy(
                     credential: credential(),
                     error,
                 })?,
-            }
+            };
+            // The filter decoded the answer's JSON and wrote it anew: what
+            // it writes is redacted as well (an escaped secret it read is
+            // plain in what it wrote).
+            redactor.body(filtered).boxed()
         }
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// The content codings of an upstream answer, to be undone (in that
+/// order), with the headers that described the coded bytes removed: the
+/// caller gets the answer uncoded. A slice of a coded answer (206) cannot
+/// be decoded alone, so it is refused like an unknown coding.
+fn undo_codings(
+    parts: &mut http::response::Parts,
+) -> Result<Vec<crate::decode::Coding>, crate::decode::DecodeError> {
+    let codings = crate::decode::codings(&parts.headers)?;
+    parts.headers.remove(header::CONTENT_ENCODING);
+    if codings.is_empty() {
+        return Ok(codings);
+    }
+    if parts.status == http::StatusCode::PARTIAL_CONTENT
+        || parts.headers.contains_key(header::CONTENT_RANGE)
+    {
+        return Err(crate::decode::DecodeError::Unsupported(
+            "a coded byte range".into(),
+        ));
+    }
+    // The length, the entity tag and any digest were of the coded bytes.
+    for h in [
+        header::CONTENT_LENGTH,
+        header::ETAG,
+        HeaderName::from_static("content-md5"),
+        HeaderName::from_static("digest"),
+        HeaderName::from_static("content-digest"),
+        HeaderName::from_static("repr-digest"),
+    ] {
+        parts.headers.remove(h);
+    }
+    Ok(codings)
 }
 
 /// Refuse a request whose target or headers are over the limits. hyper
@@ -475,9 +530,14 @@ async fn send_oauth(
     ProxyError,
 > {
     let cx = state.oauth_context();
-    let no_token = |error| ProxyError::TokenEndpoint {
-        credential: credential.to_string(),
-        error,
+    let no_token = |error: crate::oauth::TokenError| {
+        // What the token endpoint said beyond a standard code goes to the
+        // log only, redacted (`TokenError::detail`).
+        tracing::warn!(credential, error = %error, detail = error.detail(), "no OAuth token");
+        ProxyError::TokenEndpoint {
+            credential: credential.to_string(),
+            error,
+        }
     };
     let token = source.current(&cx).await.map_err(no_token)?;
     let first = upstream_request(

@@ -16,7 +16,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use url::Url;
 
-use crate::credentials::{injection, Injection};
+use crate::credentials::{injection_after, Injection};
 use crate::policy::CedarAuthorizer;
 use crate::secrets::MasterKey;
 use crate::store::{credential_aad, Store, StoreError};
@@ -39,6 +39,16 @@ pub struct Upstream {
     pub credential: String,
     pub url: Url,
     pub auth: Auth,
+}
+
+impl Upstream {
+    /// What keeps this credential's secrets out of what reaches a caller.
+    pub fn redactor(&self) -> Arc<crate::redact::Redactor> {
+        match &self.auth {
+            Auth::Static(inj) => inj.redactor.clone(),
+            Auth::OAuth(source) => source.redactor(),
+        }
+    }
 }
 
 /// Where the injected header comes from.
@@ -103,6 +113,16 @@ impl Snapshot {
                 Auth::Static(_) => None,
             })
             .collect();
+        // Static credentials' headers as they were: kept when unchanged,
+        // and a replaced secret stays redacted for a while.
+        let injected: HashMap<&str, &Injection> = previous
+            .into_iter()
+            .flat_map(|p| p.connections.values())
+            .filter_map(|c| match &c.upstream.auth {
+                Auth::Static(i) => Some((c.upstream.credential.as_str(), i)),
+                Auth::OAuth(_) => None,
+            })
+            .collect();
         // Read the revision first: a change racing with the load then bumps
         // it past what we record and triggers another load.
         let revision = store.revision().await?.data;
@@ -127,11 +147,12 @@ impl Snapshot {
                 .map_err(|e| e.to_string())
                 .and_then(|url| {
                     let auth = match &c.oauth {
-                        None => injection(
+                        None => injection_after(
                             c.scheme,
                             c.header_name.as_deref(),
                             c.username.as_deref(),
                             &secret,
+                            injected.get(c.name.as_str()).copied(),
                         )
                         .map(Auth::Static)
                         .map_err(|e| e.to_string())?,

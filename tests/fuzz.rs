@@ -16,7 +16,7 @@ fn the_fuzz_targets_run_clean() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Every target ran, and ran a real number of inputs.
-    for target in ["jsonrpc", "sse", "headers", "route", "raw_head"] {
+    for target in ["jsonrpc", "sse", "headers", "route", "raw_head", "redact"] {
         let line = text
             .lines()
             .find(|l| l.starts_with(&format!("fuzz {target}: Done ")))

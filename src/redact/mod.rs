@@ -213,7 +213,9 @@ impl Redactor {
                 block_forms(&v, t, &mut forms);
             }
             if let Some(sent) = &k.sent {
-                block_forms(sent.expose_secret().as_bytes(), t, &mut forms);
+                let sent = sent.expose_secret().as_bytes();
+                forms.push((sent.to_vec(), t));
+                block_forms(sent, t, &mut forms);
             }
         }
         forms.sort();

@@ -248,6 +248,9 @@ impl Scan {
             self.emit(m, i, o, literal);
         }
         self.levels[i].out = out;
+        // Only once the batch is through: a level that resynced halfway
+        // would meet the rest of it without a snapshot.
+        self.maybe_resync(i);
         let l = &mut self.levels[i];
         if l.synced && l.dec.idle() {
             l.snap.active = false;
@@ -272,7 +275,6 @@ impl Scan {
         }
         self.step(m, i, o, literal);
         self.feed(m, i + 1, o);
-        self.maybe_resync(i);
     }
 
     /// Where level `i` (-1: the raw text) was before its latest unit: its

@@ -119,15 +119,11 @@ fn parse(p: &[u8], eof: bool) -> Parse {
                 return more(Parse::Literal);
             };
             match c {
+                // An invalid `\u` or `\x` stays as it is: what follows may
+                // complete it once a later level decodes that.
                 b'u' => match hex_at(p, 2, 4) {
-                    Err(true) => more(Parse::Char {
-                        len: 2,
-                        cp: 'u' as u32,
-                    }),
-                    Err(false) => Parse::Char {
-                        len: 2,
-                        cp: 'u' as u32,
-                    },
+                    Err(true) => more(Parse::Literal),
+                    Err(false) => Parse::Literal,
                     Ok(hi @ 0xD800..=0xDBFF) => {
                         // A high surrogate wants `\uDC00`-`\uDFFF` next.
                         let lone = Parse::Char { len: 6, cp: 0xFFFD };
@@ -149,14 +145,8 @@ fn parse(p: &[u8], eof: bool) -> Parse {
                     Ok(cp) => Parse::Char { len: 6, cp },
                 },
                 b'x' => match hex_at(p, 2, 2) {
-                    Err(true) => more(Parse::Char {
-                        len: 2,
-                        cp: 'x' as u32,
-                    }),
-                    Err(false) => Parse::Char {
-                        len: 2,
-                        cp: 'x' as u32,
-                    },
+                    Err(true) => more(Parse::Literal),
+                    Err(false) => Parse::Literal,
                     Ok(v) => Parse::Byte { len: 4, b: v as u8 },
                 },
                 _ => {
@@ -215,6 +205,11 @@ fn numeric_reference(p: &[u8], eof: bool) -> Parse {
         return Parse::More;
     }
     if i == first {
+        return Parse::Literal;
+    }
+    // Ended by another escape rather than `;`: the digits may go on once a
+    // later level decodes that, so the reference is left for that level.
+    if p.get(i).is_some_and(|&b| introduces(b)) {
         return Parse::Literal;
     }
     let len = if p.get(i) == Some(&b';') { i + 1 } else { i };
@@ -356,8 +351,10 @@ mod tests {
         assert_eq!(text(br#"\uD83D\uDE00"#), "😀".as_bytes());
         assert_eq!(text(br#"\uD83Dx"#), "\u{FFFD}x".as_bytes());
         assert_eq!(text(br#"\uDE00"#), "\u{FFFD}".as_bytes());
-        assert_eq!(text(br#"\uZZ \x41\x4g"#), b"uZZ Ax4g");
-        assert_eq!(text(br#"\u004"#), b"u004");
+        // An invalid escape stays for a later level to complete.
+        assert_eq!(text(br#"\uZZ \x41\x4g"#), br#"\uZZ A\x4g"#);
+        assert_eq!(text(br#"\u004"#), br#"\u004"#);
+        assert_eq!(text(br#"\u00\u0037"#), br#"\u007"#);
         assert_eq!(text(b"end\\"), b"end\\");
         // Nested: one level decodes one layer.
         assert_eq!(text(br#"\\u0073"#), br#"\u0073"#);
@@ -366,7 +363,10 @@ mod tests {
     #[test]
     fn percent_and_html() {
         assert_eq!(text(b"%73%2f%2F%zz%4"), b"s//%zz%4");
-        assert_eq!(text(b"&#115;&#x73;&#X53&#83x"), b"ssSSx");
+        assert_eq!(text(b"&#115;&#x73;&#X53;&#83x"), b"ssSSx");
+        // Ended by another escape, a reference waits for a later level.
+        assert_eq!(text(b"&#X53&#83;"), b"&#X53S");
+        assert_eq!(text(br#"&#11\u0035;"#), b"&#115;");
         assert_eq!(text(b"&sol;&amp;&plus;&nope;&amp"), b"/&+&nope;&amp");
         assert_eq!(
             text(b"&#;&#x;&#0;&#99999999999;"),

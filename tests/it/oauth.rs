@@ -29,6 +29,10 @@ enum Mode {
     Hang,
     /// Hold token answers until the test opens the gate.
     Gated,
+    /// Refuse, echoing the request: its `Authorization` as the error code
+    /// and its form (the refresh token) as the description, as a careless
+    /// or hostile token endpoint could.
+    Echo,
 }
 
 #[derive(Default)]
@@ -42,6 +46,8 @@ pub(crate) struct AsState {
     mode: Option<Mode>,
     /// The MCP endpoint refuses every token.
     reject_all: bool,
+    /// The MCP endpoint echoes every token issued so far.
+    echo_issued: bool,
     base: String,
     /// Dynamically registered clients and their redirect URIs.
     registered: Vec<(String, Vec<String>)>,
@@ -156,9 +162,17 @@ async fn serve(
         // Which token it was (its number), and the token itself echoed,
         // which tessera must redact.
         let n: u64 = token.split('-').nth(1).unwrap().parse().unwrap();
+        let mut result = serde_json::json!({"token":n,"echo":token});
+        let s = st.lock().unwrap();
+        if s.echo_issued {
+            let all: Vec<String> = (1..=s.issued)
+                .map(|i| format!("access-{i}-Tz8kQ3vN"))
+                .collect();
+            result["issued"] = all.into();
+        }
         return json(
             200,
-            serde_json::json!({"jsonrpc":"2.0","id":v["id"],"result":{"token":n,"echo":token}}),
+            serde_json::json!({"jsonrpc":"2.0","id":v["id"],"result":result}),
         );
     }
     // The token endpoint.
@@ -175,6 +189,12 @@ async fn serve(
             return json(
                 400,
                 serde_json::json!({"error":"invalid_client","error_description":"client authentication failed"}),
+            )
+        }
+        Mode::Echo => {
+            return json(
+                400,
+                serde_json::json!({"error": auth, "error_description": String::from_utf8_lossy(&body)}),
             )
         }
         Mode::Normal => {}
@@ -406,7 +426,7 @@ async fn client_credentials_token_is_fetched_once_and_reused() {
         v["result"]["echo"]
             .as_str()
             .unwrap()
-            .starts_with("[redacted-by-tess"),
+            .starts_with("[redacted-by-tes"),
         "{v}"
     );
     let (s, _) = call(&a).await;
@@ -687,4 +707,78 @@ async fn a_reload_keeps_the_token_source() {
     assert!(std::sync::Arc::ptr_eq(&before, &source()));
     assert_eq!(call(&a).await.0, 200);
     assert_eq!(auth.token_requests(), 1);
+}
+
+/// A token endpoint that echoes its request (the refresh token in the
+/// form, the client's `Basic` credentials) in its error: the caller's 502
+/// holds only a standard error code, and no decoding of it shows a secret;
+/// what the endpoint said is in the log, redacted.
+#[tokio::test]
+async fn a_token_endpoint_that_echoes_its_request_reveals_nothing() {
+    use tessera::leaks::leak;
+    for refresh in [false, true] {
+        let auth = AuthServer::start(3600, false).await;
+        auth.set(|s| s.mode = Some(Mode::Echo));
+        let p = Proxy::start(Proxy::dir()).await;
+        let a = oauth_agent(&p, &auth, refresh).await;
+        let r = client()
+            .post(&a.url)
+            .bearer_auth(&a.token)
+            .body(tools_call(1, "t"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+        let body = r.bytes().await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("an unrecognized OAuth error"), "{msg}");
+        for secret in [CLIENT_SECRET, FIRST_REFRESH] {
+            let t = tessera::redact::threshold(secret.len());
+            if let Some(how) = leak(&body, secret.as_bytes(), t) {
+                panic!("{secret}: {how}\n{msg}");
+            }
+        }
+        assert_eq!(auth.token_requests(), 1);
+    }
+    assert_logs_lack(&[CLIENT_SECRET, FIRST_REFRESH]);
+}
+
+/// After a 401 and a refresh, the token refreshed away is still redacted:
+/// an upstream may keep echoing it (here: every token it ever issued).
+#[tokio::test]
+async fn a_token_refreshed_away_stays_redacted() {
+    use tessera::leaks::leak;
+    let auth = AuthServer::start(3600, false).await;
+    auth.set(|s| s.echo_issued = true);
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = oauth_agent(&p, &auth, false).await;
+    let (s, v) = call(&a).await;
+    assert_eq!(
+        (s, &v["result"]["token"]),
+        (200, &serde_json::json!(1)),
+        "{v}"
+    );
+    // The upstream stops taking token 1: tessera refreshes and retries.
+    auth.revoke_all();
+    let r = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .body(tools_call(2, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.bytes().await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["result"]["token"], 2, "{v}");
+    assert_eq!(
+        v["result"]["issued"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    for token in ["access-1-Tz8kQ3vN", "access-2-Tz8kQ3vN", CLIENT_SECRET] {
+        let t = tessera::redact::threshold(token.len());
+        assert!(leak(&body, token.as_bytes(), t).is_none(), "{token}: {v}");
+    }
 }

@@ -190,3 +190,176 @@ async fn set_secret_reaches_new_requests_and_fails_none() {
     assert_no_plaintext(p.dir.path(), &["rotated-secret-Kp3nW8", SECRET]);
     assert_logs_lack(&["rotated-secret-Kp3nW8"]);
 }
+
+/// Every caller-visible byte of an answer to `body` sent to `url`, with
+/// `Accept-Encoding` as undici and httpx send it: status, header names and
+/// values, then the body.
+async fn reflected(a: &Agent, query: &str, body: String) -> (u16, http::HeaderMap, Vec<u8>) {
+    let r = client()
+        .post(format!("{}?{query}", a.url))
+        .bearer_auth(&a.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("accept-encoding", "gzip, deflate, br, zstd")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let mut all: Vec<u8> = Vec::new();
+    for (k, v) in &headers {
+        all.extend_from_slice(k.as_str().as_bytes());
+        all.extend_from_slice(v.as_bytes());
+    }
+    all.extend_from_slice(&r.bytes().await.unwrap());
+    (status, headers, all)
+}
+
+/// The forms a test sends, with the encoding indices as the query names
+/// them.
+fn form_query(chain: &[usize]) -> String {
+    chain
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether `chain` leaves the secret readable at all (a case change after
+/// base64 leaves nothing a client could decode): only those are checked.
+fn readable(secret: &[u8], chain: &[usize]) -> bool {
+    use tessera::leaks::{encode_chain, leak, Encoding};
+    let chain: Vec<Encoding> = chain.iter().map(|&i| Encoding::ALL[i]).collect();
+    let t = tessera::redact::threshold(secret.len());
+    leak(&encode_chain(&chain, secret, 7), secret, t).is_some()
+}
+
+/// An upstream that reflects the injected credential in every reversible
+/// form, in a JSON body, an SSE stream one byte per frame, a header value,
+/// a header name, and cut across header fields: no decoding of what the
+/// caller gets shows a piece of the secret of half its length or more
+/// (tessera::leaks is the oracle, independent of the redactor).
+#[tokio::test]
+async fn no_decoding_of_an_answer_shows_the_secret() {
+    use tessera::leaks::{leak, Encoding};
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let t = tessera::redact::threshold(SECRET.len());
+    let basic = ["--scheme", "basic", "--username", "bot"];
+    let bearer = agent_with(&p, &up, "bearer", &[], "/reflect").await;
+    let basic = agent_with(&p, &up, "basic", &basic, "/reflect").await;
+    let n = Encoding::ALL.len();
+    // Every encoding alone, in every place, for both schemes.
+    let mut cases: Vec<(Vec<usize>, &Agent, &str, &str)> = vec![];
+    for chain in std::iter::once(vec![]).chain((0..n).map(|i| vec![i])) {
+        for (a, whole) in [(&bearer, "0"), (&basic, "1"), (&bearer, "1")] {
+            for at in ["json", "sse", "header", "split", "name"] {
+                cases.push((chain.clone(), a, whole, at));
+            }
+        }
+    }
+    // Every escape (JSON, percent, HTML) over every encoding, in a body.
+    for i in 0..n {
+        for j in 0..12 {
+            cases.push((vec![i, j], &bearer, "0", "json"));
+        }
+    }
+    let mut checked = 0;
+    for (chain, a, whole, at) in cases {
+        if !readable(SECRET.as_bytes(), &chain) {
+            continue;
+        }
+        let enc = form_query(&chain);
+        {
+            {
+                let q = format!("enc={enc}&at={at}&whole={whole}");
+                let (status, _, all) = reflected(a, &q, tools_call(1, "echo")).await;
+                if status == 422 {
+                    continue; // not a header hyper's upstream could send
+                }
+                assert_eq!(status, 200, "{q}");
+                if let Some(how) = leak(&all, SECRET.as_bytes(), t) {
+                    panic!("{q}: {how}\n{}", String::from_utf8_lossy(&all));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 600, "{checked}");
+    assert_logs_lack(&[SECRET]);
+}
+
+/// Compressed answers (as Starlette's and Express's middleware send them
+/// whenever the request allows): tessera asks for `identity`, decodes what
+/// still arrives coded, redacts, and passes it on uncoded. A coding it
+/// cannot decode is a 502, never passed on.
+#[tokio::test]
+async fn coded_answers_are_decoded_then_redacted() {
+    use tessera::leaks::leak;
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let t = tessera::redact::threshold(SECRET.len());
+    let a = agent_with(&p, &up, "bearer", &[], "/reflect").await;
+    for coding in ["gzip", "deflate", "br", "zstd"] {
+        for at in ["json", "sse"] {
+            for enc in ["", "12", "0", "6"] {
+                let q = format!("enc={enc}&at={at}&coding={coding}");
+                let (status, headers, all) = reflected(&a, &q, tools_call(1, "echo")).await;
+                assert_eq!(status, 200, "{q}");
+                assert!(!headers.contains_key("content-encoding"), "{q}");
+                assert!(leak(&all, SECRET.as_bytes(), t).is_none(), "{q}");
+                assert!(
+                    String::from_utf8_lossy(&all).contains("[redacted-by-tessera]"),
+                    "{q}: nothing was echoed? {}",
+                    String::from_utf8_lossy(&all)
+                );
+            }
+        }
+    }
+    // The upstream was asked for an uncoded answer every time.
+    for s in up.seen() {
+        assert_eq!(s.headers["accept-encoding"], "identity", "{}", s.path);
+    }
+    let (status, _, all) = reflected(&a, "coding=x-squash", tools_call(1, "echo")).await;
+    assert_eq!(status, 502);
+    let v: serde_json::Value =
+        serde_json::from_slice(&all[all.iter().position(|&b| b == b'{').unwrap()..]).unwrap();
+    assert_eq!(v["error"]["code"], -32010, "{v}");
+    assert!(leak(&all, SECRET.as_bytes(), t).is_none());
+}
+
+/// The tools/list filter parses an answer and writes it anew: a secret it
+/// read JSON-escaped (or behind `\/`) would be plain in what it wrote, on
+/// every connection. What it writes is redacted too.
+#[tokio::test]
+async fn the_tools_list_filter_never_writes_the_secret() {
+    use tessera::leaks::{leak, Encoding};
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let t = tessera::redact::threshold(SECRET.len());
+    let a = agent_with(&p, &up, "bearer", &[], "/reflect").await;
+    let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#.to_string();
+    let escapes = [
+        Encoding::JsonUnicodeLower,
+        Encoding::JsonUnicodeUpper,
+        Encoding::JsonUnicodeSome,
+        Encoding::JsonPhp,
+        Encoding::JsonGo,
+    ];
+    for e in escapes {
+        let i = Encoding::ALL.iter().position(|x| *x == e).unwrap();
+        for at in ["json", "sse"] {
+            let q = format!("enc={i}&at={at}");
+            let (status, _, all) = reflected(&a, &q, list.clone()).await;
+            assert_eq!(status, 200, "{q}");
+            let text = String::from_utf8_lossy(&all);
+            assert!(
+                text.contains("\"search\""),
+                "{q}: the list was not passed: {text}"
+            );
+            if let Some(how) = leak(&all, SECRET.as_bytes(), t) {
+                panic!("{q}: {how}\n{text}");
+            }
+        }
+    }
+}

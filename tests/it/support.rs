@@ -252,6 +252,12 @@ async fn answer(
                     pieces,
                 ))))
         }
+        // A form that cannot be sent where asked (not a header name, say).
+        "/reflect" => reflect(&parts, &body).or_else(|_| {
+            Response::builder()
+                .status(StatusCode::UNPROCESSABLE_ENTITY)
+                .body(full("unsendable".into()))
+        }),
         "/echo" => {
             let headers: serde_json::Map<String, serde_json::Value> = parts
                 .headers
@@ -323,6 +329,121 @@ async fn answer(
         }
     };
     Ok(resp.unwrap())
+}
+
+/// `/reflect`: the injected credential reflected in a form the query
+/// chooses, as a hostile or careless upstream could:
+/// - `enc=I,J,…`: the encodings of `tessera::leaks::Encoding::ALL` applied
+///   in turn (none: as it came);
+/// - `whole=1`: the whole header value (`Bearer …`), else the secret alone;
+/// - `at=json|sse|header|name|split`: in a JSON-RPC result's text, in an
+///   SSE event sent one byte per frame, in a response header's value, as
+///   a header's name, or cut in three across two values of one header and
+///   a third field;
+/// - `coding=gzip|deflate|br|zstd|…`: the body compressed so, whatever the
+///   request accepted (any other token is sent as is, uncompressed);
+/// - a `tools/list` request is answered with a tool whose description is
+///   the form.
+///
+/// A form that cannot be sent where asked (a header name with a `%` in it)
+/// gets 422.
+fn reflect(parts: &http::request::Parts, body: &[u8]) -> http::Result<Response<UpBody>> {
+    use tessera::leaks::{encode_chain, Encoding};
+    let q: std::collections::HashMap<String, String> =
+        url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let arg = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let sent = parts
+        .headers
+        .get("authorization")
+        .or_else(|| parts.headers.get("x-api-key"))
+        .map(|v| v.as_bytes().to_vec())
+        .unwrap_or_default();
+    let secret: &[u8] = match (arg("whole"), sent.iter().position(|&b| b == b' ')) {
+        ("1", _) | (_, None) => &sent,
+        (_, Some(sp)) => &sent[sp + 1..],
+    };
+    let chain: Vec<Encoding> = arg("enc")
+        .split(',')
+        .filter_map(|i| i.parse::<usize>().ok())
+        .map(|i| Encoding::ALL[i])
+        .collect();
+    let form = String::from_utf8_lossy(&encode_chain(&chain, secret, 7)).into_owned();
+    let request: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let text = if request["method"] == "tools/list" {
+        let tool = serde_json::json!({"name": "search", "description": form, "inputSchema": {"type": "object"}});
+        serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": {"tools": [tool]}})
+    } else {
+        serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": {"content": [{"type": "text", "text": form}]}})
+    }
+    .to_string();
+    let mut b = Response::builder();
+    let mut body = text.clone().into_bytes();
+    match arg("at") {
+        "sse" => {
+            b = b.header("content-type", "text/event-stream");
+            body = format!("id: 1\ndata: {text}\n\n").into_bytes();
+        }
+        "header" => {
+            b = b
+                .header("content-type", "application/json")
+                .header("x-reflect", form.as_str());
+        }
+        "name" => {
+            b = b
+                .header("content-type", "application/json")
+                .header(format!("x-{}", form.to_ascii_lowercase()), "1");
+        }
+        "split" => {
+            let n = form.len() / 3;
+            b = b
+                .header("content-type", "application/json")
+                .header("x-split", &form[..n])
+                .header("x-split", &form[n..2 * n])
+                .header("x-rest", &form[2 * n..]);
+        }
+        _ => b = b.header("content-type", "application/json"),
+    }
+    let coding = arg("coding");
+    if !coding.is_empty() {
+        body = compress(coding, &body);
+        b = b.header("content-encoding", coding);
+    }
+    // One byte per frame: every split of a form between frames.
+    let frames: Vec<Result<Frame<Bytes>, Infallible>> = body
+        .chunks(1)
+        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+        .collect();
+    b.body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+        frames,
+    ))))
+}
+
+/// `body` in a content coding (an unknown one leaves it as it is).
+pub fn compress(coding: &str, body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    match coding {
+        "gzip" => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(body).unwrap();
+            e.finish().unwrap()
+        }
+        "deflate" => {
+            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(body).unwrap();
+            e.finish().unwrap()
+        }
+        "br" => {
+            let mut out = Vec::new();
+            let mut e = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
+            e.write_all(body).unwrap();
+            drop(e);
+            out
+        }
+        "zstd" => zstd::encode_all(body, 3).unwrap(),
+        _ => body.to_vec(),
+    }
 }
 
 /// An upstream on raw TCP (no hyper) that reads requests as Python's stdlib
