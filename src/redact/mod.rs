@@ -907,3 +907,15 @@ mod tests {
         assert!(!r.found_in(&token.as_bytes()[..500]));
     }
 }
+
+#[cfg(test)]
+mod size {
+    /// An open stream carries a `Redacted` body: its escape levels live on
+    /// the heap only while an escape is in play, so an idle stream stays
+    /// small (the idle-stream memory target is nginx's, per stream).
+    #[test]
+    fn an_idle_stream_carries_little() {
+        let scan = std::mem::size_of::<super::scan::Scan>();
+        assert!(scan <= 96, "{scan}");
+    }
+}

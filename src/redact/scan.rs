@@ -66,7 +66,10 @@ pub(crate) struct Scan {
     raw_prev: Walk,
     /// Raw bytes seen.
     pos: u64,
-    levels: [Level; LEVELS],
+    /// The escape levels, made at the first escape and dropped when every
+    /// one follows the raw text again: a stream of plain text (an idle
+    /// SSE stream) carries none of them.
+    levels: Option<Box<[Level; LEVELS]>>,
     /// Raw ranges `[start, end)` found and not yet taken.
     ranges: Vec<(u64, u64)>,
     /// The longest run any secret's threshold asks for.
@@ -85,15 +88,11 @@ pub(crate) struct Scan {
 
 impl Scan {
     pub(crate) fn new(m: &Matcher) -> Scan {
-        let mut levels: [Level; LEVELS] = Default::default();
-        for l in &mut levels {
-            l.synced = true;
-        }
         Scan {
             raw: Walk::default(),
             raw_prev: Walk::default(),
             pos: 0,
-            levels,
+            levels: None,
             ranges: Vec::new(),
             cap: m.longest_threshold().max(1),
             finished: false,
@@ -110,7 +109,20 @@ impl Scan {
 
     /// Whether every level follows the raw text and no escape is pending.
     fn quiet(&self) -> bool {
-        self.levels.iter().all(|l| l.synced && l.dec.idle())
+        self.levels
+            .as_deref()
+            .is_none_or(|ls| ls.iter().all(|l| l.synced && l.dec.idle()))
+    }
+
+    /// The escape levels, made if there are none.
+    fn lv(&mut self) -> &mut [Level; LEVELS] {
+        self.levels.get_or_insert_with(|| {
+            let mut levels: Box<[Level; LEVELS]> = Box::default();
+            for l in levels.iter_mut() {
+                l.synced = true;
+            }
+            levels
+        })
     }
 
     /// Scan `data`, the next raw bytes.
@@ -132,6 +144,9 @@ impl Scan {
             self.push_byte(m, b);
         }
         self.rewalk(m, 0);
+        if self.levels.is_some() && self.quiet() {
+            self.levels = None;
+        }
     }
 
     /// Raw bytes with no escape in them while every level follows the raw
@@ -216,7 +231,7 @@ impl Scan {
         if i == LEVELS {
             return;
         }
-        let l = &self.levels[i];
+        let l = &self.lv()[i];
         if l.dec.idle() && !introduces(u.b) {
             if l.synced {
                 // Passed unchanged: this level is the one below.
@@ -229,29 +244,29 @@ impl Scan {
         }
         if l.dec.idle() && l.synced {
             // An escape may begin: remember where this level is.
-            let mut ring = std::mem::take(&mut self.levels[i].snap.ring);
+            let mut ring = std::mem::take(&mut self.lv()[i].snap.ring);
             let walk = self.before(m, i as isize - 1, &mut ring);
             let hold = match walk.len().min(self.cap - 1) as usize {
                 0 => u.start,
                 h => ring[ring.len() - h].0,
             };
-            let snap = &mut self.levels[i].snap;
+            let snap = &mut self.lv()[i].snap;
             snap.ring = ring;
             snap.walk = walk;
             snap.hold = hold;
             snap.passed.clear();
             snap.active = true;
         }
-        let mut out = std::mem::take(&mut self.levels[i].out);
-        self.levels[i].dec.push(u, &mut out);
+        let mut out = std::mem::take(&mut self.lv()[i].out);
+        self.lv()[i].dec.push(u, &mut out);
         for (o, literal) in out.drain(..) {
             self.emit(m, i, o, literal);
         }
-        self.levels[i].out = out;
+        self.lv()[i].out = out;
         // Only once the batch is through: a level that resynced halfway
         // would meet the rest of it without a snapshot.
         self.maybe_resync(i);
-        let l = &mut self.levels[i];
+        let l = &mut self.lv()[i];
         if l.synced && l.dec.idle() {
             l.snap.active = false;
         }
@@ -259,8 +274,8 @@ impl Scan {
 
     /// Level `i`'s decoder emitted `o` (`literal`: its input as it was).
     fn emit(&mut self, m: &Matcher, i: usize, o: Unit, literal: bool) {
-        if self.levels[i].synced {
-            let snap = &mut self.levels[i].snap;
+        if self.lv()[i].synced {
+            let snap = &mut self.lv()[i].snap;
             debug_assert!(
                 snap.active,
                 "an escape pending on a synced level has a snapshot"
@@ -288,7 +303,10 @@ impl Scan {
             ring.extend((at - n..at).map(|s| (s, s + 1)));
             return self.raw_prev;
         }
-        let l = &self.levels[i as usize];
+        let l = &self
+            .levels
+            .as_deref()
+            .expect("a level asks of the levels below")[i as usize];
         if !l.synced {
             let last = l.ring.len().saturating_sub(1);
             let keep = (l.prev.len().min(self.cap) as usize).min(last);
@@ -312,7 +330,7 @@ impl Scan {
     /// Level `i` works on its own from its snapshot: the units it passed up
     /// since are walked, not passed again.
     fn desync(&mut self, m: &Matcher, i: usize) {
-        let l = &mut self.levels[i];
+        let l = &mut self.lv()[i];
         debug_assert!(l.snap.active, "a level desyncs from its snapshot");
         l.snap.active = false;
         l.walk = l.snap.walk;
@@ -324,12 +342,12 @@ impl Scan {
         for &(u, literal) in &passed {
             self.step(m, i, u, literal);
         }
-        self.levels[i].snap.passed = passed;
+        self.lv()[i].snap.passed = passed;
     }
 
     fn step(&mut self, m: &Matcher, i: usize, o: Unit, literal: bool) {
         let cap = self.cap;
-        let l = &mut self.levels[i];
+        let l = &mut self.lv()[i];
         l.prev = l.walk;
         let r = m.step(&mut l.walk, o.b) as usize;
         push_span(&mut l.ring, (o.start, o.end), cap);
@@ -346,11 +364,12 @@ impl Scan {
     /// find then lies in units still to come, which the lower level sees
     /// as well; what the lower level finds besides is its own text).
     fn maybe_resync(&mut self, i: usize) {
-        let l = &mut self.levels[i];
+        let cap = self.cap;
+        let l = &mut self.lv()[i];
         if l.synced || !l.dec.idle() {
             return;
         }
-        if l.plain_run >= self.cap || l.walk.len() == 0 {
+        if l.plain_run >= cap || l.walk.len() == 0 {
             l.synced = true;
             l.ring.clear();
             if l.ring.capacity() > 64 {
@@ -362,14 +381,15 @@ impl Scan {
     /// The end of the text: every decoder decides what it holds.
     pub(crate) fn finish(&mut self, m: &Matcher) {
         self.rewalk(m, 0);
-        for i in 0..LEVELS {
-            let mut out = std::mem::take(&mut self.levels[i].out);
-            self.levels[i].dec.finish(&mut out);
+        let levels = if self.levels.is_some() { LEVELS } else { 0 };
+        for i in 0..levels {
+            let mut out = std::mem::take(&mut self.lv()[i].out);
+            self.lv()[i].dec.finish(&mut out);
             for (o, literal) in out.drain(..) {
                 self.emit(m, i, o, literal);
             }
-            self.levels[i].out = out;
-            self.levels[i].snap.active = false;
+            self.lv()[i].out = out;
+            self.lv()[i].snap.active = false;
         }
         self.finished = true;
     }
@@ -390,7 +410,7 @@ impl Scan {
         }
         let hold = |len: u32| u64::from(len.min(self.cap - 1));
         let mut safe = self.pos - hold(self.raw.len());
-        for l in &self.levels {
+        for l in self.levels.iter().flat_map(|ls| ls.iter()) {
             if let Some(s) = l.dec.pending_start() {
                 safe = safe.min(s);
             }
