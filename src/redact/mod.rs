@@ -650,6 +650,16 @@ mod tests {
         let pct: String = s.iter().map(|b| format!("%{b:02x}")).collect();
         let pct_nested: String = s.iter().map(|b| format!("%25{b:02X}")).collect();
         let html: String = s.iter().map(|b| format!("&#{b};")).collect();
+        // `%` then its two hex digits each percent-encoded: the `%` is
+        // plain at the first level and an escape at the second.
+        let pct_split: String = s
+            .iter()
+            .map(|b| {
+                let hex = format!("{b:02X}");
+                let h = hex.as_bytes();
+                format!("%%{:02X}%{:02X}", h[0], h[1])
+            })
+            .collect();
         let hex: String = s.iter().map(|b| format!("{b:02X}")).collect();
         let header = format!("Bearer {SECRET}");
         let mut forms: Vec<(String, String)> = vec![
@@ -661,6 +671,8 @@ mod tests {
             ("json of json".into(), json_all.replace('\\', "\\\\")),
             ("percent".into(), pct),
             ("percent of percent".into(), pct_nested),
+            ("percent, digits percent-encoded".into(), pct_split),
+            ("percent in prose".into(), format!("50% {SECRET} 100%")),
             ("html".into(), html),
             ("hex".into(), hex.clone()),
             ("hex lower".into(), hex.to_lowercase()),

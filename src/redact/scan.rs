@@ -222,6 +222,7 @@ impl Scan {
                 b,
                 start: at,
                 end: at + 1,
+                dead: false,
             },
         );
     }
@@ -232,7 +233,7 @@ impl Scan {
             return;
         }
         let l = &self.lv()[i];
-        if l.dec.idle() && !introduces(u.b) {
+        if l.dec.idle() && (u.dead || !introduces(u.b)) {
             if l.synced {
                 // Passed unchanged: this level is the one below.
                 return self.feed(m, i + 1, u);

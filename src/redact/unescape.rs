@@ -17,6 +17,12 @@ pub(crate) struct Unit {
     pub b: u8,
     pub start: u64,
     pub end: u64,
+    /// An escape's first byte that this level found begins none, and that
+    /// no level above can find to begin one either: what decided it (the
+    /// bytes after it) passes up unchanged. A level above takes it as
+    /// plain text instead of trying again, so a `%` in prose costs one
+    /// level, not three.
+    pub dead: bool,
 }
 
 /// A byte that may begin an escape.
@@ -263,7 +269,7 @@ impl Unescape {
     /// Take `u`; append to `out` what is now decided, each with whether it
     /// is the input unit unchanged.
     pub(crate) fn push(&mut self, u: Unit, out: &mut Vec<(Unit, bool)>) {
-        if self.pending.is_empty() && !introduces(u.b) {
+        if self.pending.is_empty() && (u.dead || !introduces(u.b)) {
             out.push((u, true));
             return;
         }
@@ -288,7 +294,19 @@ impl Unescape {
             let (len, decoded) = match parsed {
                 Parse::More => return,
                 Parse::Literal => {
-                    out.push((self.pending[0], true));
+                    // Decided by the bytes after it alone, none of which can
+                    // change at a level above (none begins an escape), so it
+                    // is decided the same way there.
+                    let dead = !eof
+                        && n < MAX_PENDING
+                        && self.pending[1..].iter().all(|u| !introduces(u.b));
+                    out.push((
+                        Unit {
+                            dead,
+                            ..self.pending[0]
+                        },
+                        true,
+                    ));
                     self.pending.remove(0);
                     continue;
                 }
@@ -303,6 +321,7 @@ impl Unescape {
             };
             let span = Unit {
                 b: 0,
+                dead: false,
                 start: self.pending[0].start,
                 end: self.pending[len - 1].end,
             };
@@ -329,6 +348,7 @@ mod tests {
                     b,
                     start: i,
                     end: i + 1,
+                    dead: false,
                 },
                 &mut out,
             );
