@@ -4,12 +4,19 @@ upstream and falls back to the initialize handshake with server-everything
 (2025-11-25 only). The caller's token goes in the httpx2.AsyncClient the
 streamable HTTP client is given.
 
+It also calls `echo_headers` on gzip_server.py, which gzips every answer
+whatever it is asked: httpx2 keeps its default `Accept-Encoding: gzip,
+deflate` and decodes what comes back, so a gzip answer tessera passed on
+unread would be gunzipped here, secret and all.
+
 Environment: PEERS_FASTMCP_URL, PEERS_EVERYTHING_URL, PEERS_CALLER_TOKEN,
-PEERS_STORED_SECRET (the fastmcp credential), PEERS_FASTMCP_LOG.
+PEERS_STORED_SECRET (the fastmcp credential), PEERS_FASTMCP_LOG,
+PEERS_GZIP_URL, PEERS_GZIP_SECRET, PEERS_GZIP_LOG (the gzip server's).
 Prints `ok NAME` or `FAIL NAME: why` per check, like report.mjs.
 """
 
 import asyncio
+import base64
 import json
 import os
 import time
@@ -24,20 +31,26 @@ stored = os.environ["PEERS_STORED_SECRET"]
 
 
 async def check(name, fn):
+    """NAME may be a function, called once the check has run (a name that
+    records what the check saw)."""
+    label = name if callable(name) else (lambda: name)
     try:
         await fn()
-        print(f"ok {name}", flush=True)
+        print(f"ok {label()}", flush=True)
     except Exception as e:  # noqa: BLE001 - every failure is reported
         why = "".join(traceback.format_exception_only(e)).strip().replace("\n", " | ")
-        print(f"FAIL {name}: {why}", flush=True)
+        while isinstance(e, BaseExceptionGroup) and e.exceptions:  # the SDK's task groups: say what failed
+            e = e.exceptions[0]
+            why += " | " + "".join(traceback.format_exception_only(e)).strip().replace("\n", " | ")
+        print(f"FAIL {label()}: {why}", flush=True)
 
 
 def client(url, http):
     return Client(streamable_http_client(url, http_client=http))
 
 
-def upstream_log():
-    with open(os.environ["PEERS_FASTMCP_LOG"]) as f:
+def upstream_log(var="PEERS_FASTMCP_LOG"):
+    with open(os.environ[var]) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -80,9 +93,92 @@ async def legacy():
             assert "from python" in str(r.content), r
 
 
+MARKER = "[redacted-by-tessera]"
+
+
+def not_revealed(text, secret, where):
+    """The secret in none of the forms a client could decode: itself, its
+    base64 (standard; of its longest prefix of whole 3-byte groups, so that
+    what follows it cannot change the text) and its hex."""
+
+    def b64(s):
+        return base64.b64encode(s[: len(s) - len(s) % 3].encode()).decode()
+
+    forms = {
+        "plain": secret,
+        "base64": b64(secret),
+        "base64 of the header": b64(f"Bearer {secret}"),
+        "hex": secret.encode().hex(),
+        "upper-case hex": secret.encode().hex().upper(),
+    }
+    for form, s in forms.items():
+        assert s not in text, f"the stored secret ({form}) is in {where}"
+
+
+gzip_upstream = "not seen"
+
+
+async def gzip():
+    global gzip_upstream
+    secret = os.environ["PEERS_GZIP_SECRET"]
+    # Every answer tessera gave this client: its Content-Encoding and, for
+    # a JSON one (every answer of the stateless revision), its body as
+    # httpx2 decoded it (read here; the SDK reads it again from the cache).
+    answers = []
+
+    async def record(response):
+        body = None
+        if response.headers.get("content-type", "").startswith("application/json"):
+            await response.aread()
+            body = response.text
+        answers.append((response.headers.get("content-encoding"), body))
+
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {caller}"}, event_hooks={"response": [record]}
+    ) as http:
+        assert "gzip" in http.headers.get("accept-encoding", ""), http.headers.get("accept-encoding")
+        failure = None
+        before = len(upstream_log("PEERS_GZIP_LOG"))
+        try:
+            async with client(os.environ["PEERS_GZIP_URL"], http) as c:
+                r = await c.call_tool("echo_headers", {})
+                assert not r.is_error, f"the call failed: {r}"
+                text = r.content[0].text
+                assert MARKER in text, f"no {MARKER} in the echo (did it happen?): {text}"
+                echoed = json.loads(text)
+                auth = echoed.get("authorization", "")
+                assert auth.startswith(f"Bearer {MARKER}") and len(auth) == len(f"Bearer {secret}"), (
+                    f"the echoed Authorization is {auth!r}"
+                )
+                not_revealed(text, secret, "the result text")
+                not_revealed("\n".join(echoed.values()), secret, "the result text decoded as JSON")
+                not_revealed(str(r), secret, "the whole result")
+                assert caller not in text, "the caller's token reached the upstream"
+        except Exception as e:  # noqa: BLE001 - reported below, after the answers are judged
+            failure = e
+    calls = [e for e in upstream_log("PEERS_GZIP_LOG")[before:] if e["method"] == "tools/call"]
+    gzip_upstream = "; ".join(
+        f"{e['content_type']} with Content-Encoding {e['content_encoding']}, asked for {e['accept_encoding']}"
+        for e in calls
+    )
+    # Whatever the SDK made of them, no answer held the secret.
+    for coding, body in answers:
+        if body is not None:
+            not_revealed(body, secret, f"an answer tessera gave the client (Content-Encoding {coding})")
+    if failure:
+        raise failure
+    assert len(calls) == 1, f"the upstream logged {len(calls)} tools/call answers"
+    assert calls[0]["content_encoding"] == "gzip", "the upstream did not compress: the decoding was not exercised"
+    assert answers and all(c is None for c, _ in answers), f"tessera's answers carried Content-Encoding {[c for c, _ in answers]}"
+
+
 async def main():
     await check("python-sdk-2 auto: discovers 2026-07-28 on fastmcp, tools and progress", modern)
     await check("python-sdk-2 auto: falls back to initialize on server-everything", legacy)
+    await check(
+        lambda: f"python-sdk-2 auto: echo_headers on the gzip server comes back decoded and redacted (upstream answer: {gzip_upstream})",
+        gzip,
+    )
 
 
 asyncio.run(main())

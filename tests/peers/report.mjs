@@ -1,10 +1,13 @@
 // One line per check for run.sh to count: `ok NAME` or `FAIL NAME: why`.
+// NAME may be a function, called once the check has run (a name that
+// records what the check saw).
 export async function check(name, fn) {
+  const label = () => (typeof name === "function" ? name() : name);
   try {
     await fn();
-    console.log(`ok ${name}`);
+    console.log(`ok ${label()}`);
   } catch (e) {
-    console.log(`FAIL ${name}: ${e?.stack ?? e}`.replaceAll("\n", " | "));
+    console.log(`FAIL ${label()}: ${e?.stack ?? e}`.replaceAll("\n", " | "));
   }
 }
 

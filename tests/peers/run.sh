@@ -5,7 +5,10 @@
 #   upstreams  @modelcontextprotocol/server-everything (npm, streamableHttp,
 #              2025-11-25; forced onto loopback by loopback.mjs) and a
 #              fastmcp server (PyPI; requires a bearer token; 2025-11-25 and
-#              the stateless 2026-07-28)
+#              the stateless 2026-07-28), and gzip_server.py: the Python
+#              SDK's own server behind Starlette's GZipMiddleware, forced to
+#              gzip every answer (SSE included) even when asked for identity,
+#              with a tool that echoes the request headers (Authorization too)
 #   clients    TypeScript SDK 1.x, its 2.x client in `auto` mode, the Python
 #              SDK `mcp` 2.x (`auto`), the MCP Inspector CLI, and the MCP
 #              conformance suite (server scenarios direct and through
@@ -96,13 +99,18 @@ wait_http() {
 # --- upstreams ---------------------------------------------------------------
 everything_port=$(free_port)
 fastmcp_port=$(free_port)
+gzip_port=$(free_port)
 tessera_port=$(free_port)
 everything_secret="everything-stored-$RANDOM$RANDOM"
 fastmcp_secret="fastmcp-stored-$RANDOM$RANDOM"
+# At least 21 bytes: the whole marker, `[redacted-by-tessera]`, replaces it.
+gzip_secret="gzip-stored-secret-$RANDOM$RANDOM"
 export PEERS_UPSTREAM_LOG="$work/everything-requests.jsonl"
 export PEERS_FASTMCP_LOG="$work/fastmcp-headers.jsonl"
+export PEERS_GZIP_LOG="$work/gzip-answers.jsonl"
 : >"$PEERS_UPSTREAM_LOG"
 : >"$PEERS_FASTMCP_LOG"
+: >"$PEERS_GZIP_LOG"
 
 PORT=$everything_port "$node" --import "$here/loopback.mjs" \
     node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp \
@@ -111,11 +119,45 @@ pids+=($!)
 "$python" fastmcp_server.py "$fastmcp_port" "$fastmcp_secret" "$PEERS_FASTMCP_LOG" \
     >"$work/fastmcp.log" 2>&1 &
 pids+=($!)
+"$python" gzip_server.py "$gzip_port" "$gzip_secret" "$PEERS_GZIP_LOG" >"$work/gzip.log" 2>&1 &
+pids+=($!)
 wait_http "http://127.0.0.1:$everything_port/mcp" || exit 1
 wait_http "http://127.0.0.1:$fastmcp_port/mcp" || exit 1
+wait_http "http://127.0.0.1:$gzip_port/mcp" || exit 1
 : >"$PEERS_UPSTREAM_LOG" # forget the readiness probe: it did not come through tessera
 verdict "server-everything listens on loopback only" "it listens on another interface" \
     bash -c "! ss -Hltn 'sport = :$everything_port' | grep -v '127.0.0.1:$everything_port'"
+# Asked directly, the gzip server leaks: a one-shot stateless tools/call of
+# echo_headers comes back gzip, whether the request asked for gzip (as
+# undici and httpx do) or for identity (as tessera does), and the stored
+# secret is in it once gunzipped. So the checks below, through tessera,
+# exercise its decoding.
+out=$("$python" - "$gzip_port" "$gzip_secret" 2>&1 <<'PY'
+import gzip, json, sys, urllib.request
+port, secret = sys.argv[1], sys.argv[2]
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": "echo_headers", "arguments": {},
+    "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+              "io.modelcontextprotocol/clientInfo": {"name": "peers-probe", "version": "1"},
+              "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
+failed = False
+for asked in ("gzip", "identity"):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=body, method="POST", headers={
+        "Authorization": f"Bearer {secret}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream", "Accept-Encoding": asked,
+        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo_headers"})
+    with urllib.request.urlopen(req, timeout=10) as r:  # urllib decodes no coding
+        coding, raw = r.headers.get("Content-Encoding"), r.read()
+    leaked = coding == "gzip" and secret.encode() in gzip.decompress(raw)
+    print(f"asked for {asked}: Content-Encoding {coding}, {len(raw)} bytes, secret inside once gunzipped: {leaked};")
+    failed |= not leaked or secret.encode() in raw
+sys.exit(failed)
+PY
+)
+rc=$?
+verdict "gzip server, asked directly: Content-Encoding: gzip whether asked for gzip or identity, the secret inside the gzip stream" "$out" \
+    test "$rc" = 0
+: >"$PEERS_GZIP_LOG" # from here on, only what came through tessera
 
 # --- tessera, configured through its CLI ---------------------------------------
 export TESSERA_DATA_DIR="$work/tessera-data"
@@ -127,10 +169,12 @@ T() { "$tessera" "$@"; }
 caller_token=$(T caller add agent | tail -n 1)
 SECRET=$everything_secret T credential add everything --upstream "http://127.0.0.1:$everything_port/mcp" --secret-env SECRET >/dev/null
 SECRET=$fastmcp_secret T credential add fastmcp --upstream "http://127.0.0.1:$fastmcp_port/mcp" --secret-env SECRET >/dev/null
+SECRET=$gzip_secret T credential add gzip --scheme bearer --allow-private-upstreams --upstream "http://127.0.0.1:$gzip_port/mcp" --secret-env SECRET >/dev/null
 SECRET=not-the-token-fastmcp-wants T credential add fastmcp-stale --upstream "http://127.0.0.1:$fastmcp_port/mcp" --secret-env SECRET >/dev/null
 everything_url=$(T connection add --caller agent --credential everything | tail -n 1)
 fastmcp_url=$(T connection add --caller agent --credential fastmcp | tail -n 1)
 stale_url=$(T connection add --caller agent --credential fastmcp-stale | tail -n 1)
+gzip_url=$(T connection add --caller agent --credential gzip | tail -n 1)
 "$tessera" serve --listen "127.0.0.1:$tessera_port" >"$work/tessera.log" 2>&1 &
 pids+=($!)
 wait_http "$TESSERA_PUBLIC_URL/" || exit 1
@@ -143,7 +187,25 @@ PEERS_URL=$everything_url PEERS_STORED_SECRET=$everything_secret \
 PEERS_URL=$fastmcp_url PEERS_STORED_SECRET=$fastmcp_secret \
     run_client ts-sdk-2 "$node" ts2-fastmcp.mjs
 PEERS_FASTMCP_URL=$fastmcp_url PEERS_EVERYTHING_URL=$everything_url PEERS_STORED_SECRET=$fastmcp_secret \
+    PEERS_GZIP_URL=$gzip_url PEERS_GZIP_SECRET=$gzip_secret \
     run_client python-sdk-2 "$python" py_client.py
+# The gzip server through tessera: undici's fetch and httpx2 both offer
+# gzip and would gunzip a coded answer passed on unread.
+PEERS_URL=$gzip_url PEERS_STORED_SECRET=$gzip_secret \
+    run_client ts-sdk-1-gzip "$node" ts1-gzip.mjs
+gzip_seen=$("$python" - "$PEERS_GZIP_LOG" <<'PY'
+import json, sys
+log = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+asked = sorted({str(e["accept_encoding"]) for e in log})
+coded = [e for e in log if e["content_encoding"] == "gzip"]
+sse = [e for e in coded if (e["content_type"] or "").startswith("text/event-stream")]
+print(f"{len(log)} {len(coded)} {len(sse)} {','.join(asked)}")
+PY
+)
+read -r gzip_n gzip_coded gzip_sse gzip_asked <<<"$gzip_seen"
+verdict "gzip server through tessera: tessera asked for identity on all $gzip_n requests; the server gzipped $gzip_coded answers anyway ($gzip_sse of them SSE)" \
+    "Accept-Encoding seen upstream: $gzip_asked" \
+    bash -c "[ '$gzip_asked' = identity ] && [ '${gzip_coded:-0}' -gt 0 ] && [ '${gzip_sse:-0}' -gt 0 ]"
 
 # The Inspector CLI (2.x, Node 22).
 inspector() {
@@ -224,9 +286,9 @@ PY
 
 # --- what crossed ------------------------------------------------------------------
 verdict "no upstream and no conformance server ever saw the caller's token" "found in $(grep -rl --exclude=results --exclude='*.out' --exclude='*.err' -- "$caller_token" "$work" | tr '\n' ' ')" \
-    bash -c "! grep -rq -- '$caller_token' '$PEERS_UPSTREAM_LOG' '$PEERS_FASTMCP_LOG' '$work/conformance-direct' '$work/conformance-tessera' '$work/conformance-client' '$work/everything.log' '$work/fastmcp.log'"
+    bash -c "! grep -rq -- '$caller_token' '$PEERS_UPSTREAM_LOG' '$PEERS_FASTMCP_LOG' '$PEERS_GZIP_LOG' '$work/gzip.log' '$work/conformance-direct' '$work/conformance-tessera' '$work/conformance-client' '$work/everything.log' '$work/fastmcp.log'"
 verdict "tessera's log holds no token and no stored secret" "a secret is in tessera.log" \
-    bash -c "! grep -qE -- '$caller_token|$everything_secret|$fastmcp_secret' '$work/tessera.log'"
+    bash -c "! grep -qE -- '$caller_token|$everything_secret|$fastmcp_secret|$gzip_secret' '$work/tessera.log'"
 
 passed=$(grep -c '^ok ' "$results")
 failed=$(grep -c '^FAIL ' "$results")
