@@ -1,5 +1,6 @@
 //! Real third-party MCP peers through a real `tessera serve`
-//! (tests/peers/run.sh): server-everything and a fastmcp server upstream;
+//! (tests/peers/run.sh): server-everything, a fastmcp server and the
+//! Python SDK's own server behind Starlette's gzip middleware upstream;
 //! the TypeScript SDK 1.x and 2.x clients, the Python SDK, the Inspector
 //! CLI and the MCP conformance suite as callers. All pinned, installed from
 //! the registries on first use into ignored folders.
