@@ -378,6 +378,13 @@ mod tests {
         }
     }
 
+    /// The text around the secret held base64 of an upper-case copy of
+    /// part of it, which the oracle read as a leak ignoring case.
+    #[test]
+    fn base64_of_another_case_is_not_the_secret() {
+        super::redact(include_bytes!("../fuzz/seeds/redact/case-before-base64"));
+    }
+
     #[test]
     fn a_location_is_judged_after_redaction() {
         super::headers(b"location: https://el.ewhere=stored-secret-for-fuzzing\n");

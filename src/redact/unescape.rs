@@ -155,6 +155,14 @@ fn parse(p: &[u8], eof: bool) -> Parse {
                     Err(false) => Parse::Literal,
                     Ok(v) => Parse::Byte { len: 4, b: v as u8 },
                 },
+                // A backslash before another kind's introducer stays: `\%5c`
+                // is what a JSON escape of `%5c` may leave for a percent
+                // decoder (`\u0061` in all), and no serializer writes `\%`
+                // or `\&` for its own sake. Read as JavaScript would (the
+                // `%` alone), the percent reading would be lost at this
+                // level, and a level is a superset of the readings only if
+                // it keeps the one that clients use.
+                b'%' | b'&' => Parse::Literal,
                 _ => {
                     let b = match c {
                         b'b' => 8,
@@ -378,6 +386,9 @@ mod tests {
         assert_eq!(text(b"end\\"), b"end\\");
         // Nested: one level decodes one layer.
         assert_eq!(text(br#"\\u0073"#), br#"\u0073"#);
+        // A backslash before `%` or `&` stays, and they begin their own
+        // escapes: `\%75` is `\u` (found by the fuzz target `redact`).
+        assert_eq!(text(br#"\%750061\&#117;"#), br#"\u0061\u"#);
     }
 
     #[test]
