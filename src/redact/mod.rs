@@ -7,12 +7,12 @@
 //! replaces, in every response header and body byte, every run of text
 //! that is a piece of the secret at least [`threshold`] bytes long (half
 //! the secret; the whole of a short one) in any of these forms:
-//! - the secret itself, in any letter case;
-//! - its base64 (standard or URL-safe, at each of the three alignments
+//! - the secret itself, in any letter case, and the texts JSON and URL
+//!   encoders make of it (`\/`, `\u003c`, `%2F`);
+//! - the base64 (standard or URL-safe, at each of the three alignments
 //!   inside longer base64 text, so padding and the text around it do not
-//!   matter) and its hex, in either case; also of the forms JSON and URL
-//!   encoders give it before such an encoding (`\/`, `\u003c`, `%2F`), and
-//!   for basic auth of the header's own base64;
+//!   matter) and hex, in either case, of each of those, and for basic auth
+//!   of the header's own base64;
 //! - any of those behind up to [`scan::LEVELS`] layers of escapes: JSON
 //!   and JavaScript string escapes, percent-encoding, HTML character
 //!   references, mixed at will (see [`unescape`]).
@@ -29,7 +29,10 @@
 //! Content codings are undone before this runs (`crate::decode`): what is
 //! scanned is what the caller reads. What this cannot see: a secret
 //! encrypted, or cut into pieces each shorter than the threshold, by an
-//! upstream that means to leak it (which holds the credential anyway).
+//! upstream that means to leak it (which holds the credential anyway); nor
+//! base64 or hex of the secret with its letter case changed first (another
+//! string: matching every case variant under base64 would take a form per
+//! variant).
 //!
 //! # Streaming
 //! A frame with no piece and no tail that could begin one passes through
