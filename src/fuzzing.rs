@@ -318,9 +318,14 @@ pub fn redact(data: &[u8]) {
             }
             redactor.headers(&mut h);
             let mut out = Vec::new();
+            // As the wire has them: a name and its value never run into
+            // each other (the oracle would read `x-a` + `AAAAAAA` as
+            // eight `a`s).
             for (k, v) in &h {
                 out.extend_from_slice(k.as_str().as_bytes());
+                out.extend_from_slice(b": ");
                 out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(b"\r\n");
             }
             out
         }
@@ -376,6 +381,13 @@ mod tests {
                 .collect();
             super::redact(&data);
         }
+    }
+
+    /// A header named `x-a` whose value began with seven `A`s, read as
+    /// one run by the target, not by a client.
+    #[test]
+    fn a_header_name_does_not_run_into_its_value() {
+        super::redact(include_bytes!("../fuzz/seeds/redact/name-then-value"));
     }
 
     /// The text around the secret held base64 of an upper-case copy of
