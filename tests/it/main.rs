@@ -3,6 +3,7 @@
 
 mod admin_api;
 mod approvals;
+mod attack;
 mod audit;
 mod cli;
 mod config_file;
