@@ -80,8 +80,11 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// - `Expect`: tessera has read the whole body before it forwards, so it
 ///   never waits for a `100 Continue`; an upstream asked for one may answer
 ///   before it reads the body, and its unread bytes would then be parsed as
-///   the connection's next request.
-const STRIPPED_REQUEST: [HeaderName; 7] = [
+///   the connection's next request;
+/// - `Accept-Charset`: an upstream that honours it could reflect the secret
+///   in UTF-16 or another charset the redactor does not read (found by the
+///   attack review); MCP's JSON is UTF-8.
+const STRIPPED_REQUEST: [HeaderName; 8] = [
     header::AUTHORIZATION,
     header::PROXY_AUTHORIZATION,
     header::COOKIE,
@@ -89,6 +92,7 @@ const STRIPPED_REQUEST: [HeaderName; 7] = [
     header::ORIGIN,
     header::CONTENT_LENGTH,
     header::EXPECT,
+    header::ACCEPT_CHARSET,
 ];
 
 /// Request headers that ask for part of an answer, stripped unless
@@ -279,6 +283,7 @@ mod tests {
             "expect",
             "range",
             "if-range",
+            "accept-charset",
         ] {
             h.insert(n, v("1"));
         }
@@ -327,6 +332,7 @@ mod tests {
             "expect",
             "range",
             "if-range",
+            "accept-charset",
         ] {
             assert!(!h.contains_key(gone), "{gone}");
         }

@@ -334,16 +334,19 @@ async fn proxy(
         });
     }
     let (mut parts, body) = resp.into_parts();
-    filter_response_headers(&mut parts.headers);
     // What is read (redaction, the tools/list filter) is the answer as the
     // caller will decode it: a content coding tessera asked not to get is
-    // undone here, and the caller gets the answer uncoded.
+    // undone here, and the caller gets the answer uncoded. Before the
+    // header filter: a `Connection: content-encoding` would have it drop
+    // the coding's name and pass the coded bytes on unread (found by the
+    // attack review).
     let codings = undo_codings(&mut parts).map_err(|e| {
         tracing::warn!(credential = %upstream.credential, error = %e, "an upstream answer tessera cannot decode");
         ProxyError::UpstreamEncoding {
             credential: credential(),
         }
     })?;
+    filter_response_headers(&mut parts.headers);
     // The secret injected on this request never comes back, in headers or
     // body, in any form a client can decode (`crate::redact`).
     redactor.headers(&mut parts.headers);
