@@ -656,6 +656,7 @@ mod tests {
         let pct: String = s.iter().map(|b| format!("%{b:02x}")).collect();
         let pct_nested: String = s.iter().map(|b| format!("%25{b:02X}")).collect();
         let html: String = s.iter().map(|b| format!("&#{b};")).collect();
+        let html_bare: String = s.iter().map(|b| format!("&#{b}")).collect();
         // `%` then its two hex digits each percent-encoded: the `%` is
         // plain at the first level and an escape at the second.
         let pct_split: String = s
@@ -695,6 +696,7 @@ mod tests {
             ("percent, digits percent-encoded".into(), pct_split),
             ("percent in prose".into(), format!("50% {SECRET} 100%")),
             ("html".into(), html),
+            ("html without semicolons".into(), html_bare),
             ("hex".into(), hex.clone()),
             ("hex lower".into(), hex.to_lowercase()),
             ("truncated".into(), SECRET[..SECRET.len() - 1].into()),

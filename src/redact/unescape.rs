@@ -221,9 +221,12 @@ fn numeric_reference(p: &[u8], eof: bool) -> Parse {
     if i == first {
         return Parse::Literal;
     }
-    // Ended by another escape rather than `;`: the digits may go on once a
-    // later level decodes that, so the reference is left for that level.
-    if p.get(i).is_some_and(|&b| introduces(b)) {
+    // Ended by a JSON or percent escape rather than `;`: the digits may go
+    // on once a later level decodes that (`&#11\u0035;`), so the reference
+    // is left for that level. Ended by `&`, it is a reference without its
+    // `;` followed by the next (`&#115&#101`, as browsers read it): no
+    // decoding of a reference adds a digit to this one.
+    if p.get(i).is_some_and(|&b| b == b'\\' || b == b'%') {
         return Parse::Literal;
     }
     let len = if p.get(i) == Some(&b';') { i + 1 } else { i };
@@ -396,7 +399,9 @@ mod tests {
         assert_eq!(text(b"%73%2f%2F%zz%4"), b"s//%zz%4");
         assert_eq!(text(b"&#115;&#x73;&#X53;&#83x"), b"ssSSx");
         // Ended by another escape, a reference waits for a later level.
-        assert_eq!(text(b"&#X53&#83;"), b"&#X53S");
+        assert_eq!(text(b"&#X53%35;"), b"&#X535;");
+        // Without `;`, one after another (found by the attack review).
+        assert_eq!(text(b"&#X53&#83&#115"), b"SSs");
         assert_eq!(text(br#"&#11\u0035;"#), b"&#115;");
         assert_eq!(text(b"&sol;&amp;&plus;&nope;&amp"), b"/&+&nope;&amp");
         assert_eq!(
