@@ -182,13 +182,14 @@ async fn proxy(
     // as this caller's; someone else's address is as unknown as a random one.
     let snap = state.snapshot.load();
     let caller = authenticate(&snap, &parts.headers).map_err(|e| {
-        // Failures are counted per source and per (existing) address; in
+        // Failures are counted per source and per address presented,
+        // whether the address exists or not: were only existing addresses
+        // counted, their 429s would tell a stranger which ones exist. In
         // a back-off they are answered 429. A valid token is never held.
-        let address = snap
-            .connections
-            .contains_key(r.connection_id)
-            .then_some(r.connection_id);
-        match state.auth_throttle.failed(peer, address, Instant::now()) {
+        match state
+            .auth_throttle
+            .failed(peer, Some(r.connection_id), Instant::now())
+        {
             Some(s) => ProxyError::TooMany(TooMany::FailedAuth, s),
             None => e,
         }
