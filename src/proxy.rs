@@ -19,7 +19,9 @@ use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::{Metered, ProxyBody};
 use crate::error::{ProxyError, TooMany};
-use crate::filter::{credential_rejected, drop_locations_into_tessera, filter_response_headers};
+use crate::filter::{
+    credential_rejected, filter_response_headers, host_is_tessera, keep_locations_within_upstream,
+};
 use crate::forward::{upstream_request, upstream_uri, SendError};
 use crate::jsonrpc::peek;
 use crate::limits::Refusal;
@@ -353,7 +355,10 @@ async fn proxy(
     if parts.headers.contains_key(header::LOCATION)
         || parts.headers.contains_key(header::CONTENT_LOCATION)
     {
-        drop_locations_into_tessera(&mut parts.headers, |h| state.is_own_host(h));
+        let listen = state.config.listen.ip();
+        keep_locations_within_upstream(&mut parts.headers, &upstream.url, |h| {
+            host_is_tessera(h, |name| state.is_own_host(name), listen)
+        });
     }
     let event_stream = parts
         .headers
