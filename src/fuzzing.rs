@@ -137,7 +137,21 @@ pub fn route(data: &[u8]) {
     };
     assert!(crate::route::method_allowed(&method));
     assert!(!r.connection_id.is_empty() && !r.connection_id.contains('/'));
-    let Ok(uri) = crate::forward::upstream_uri(up, r.sub_path, query) else {
+    // What routing lets through holds no form a server could read
+    // otherwise (`route::normalize_sub_path`).
+    for bad in ["\\", ";", "//"] {
+        assert!(!r.sub_path.contains(bad), "{:?} holds {bad:?}", r.sub_path);
+    }
+    let lower = r.sub_path.to_ascii_lowercase();
+    for bad in ["%2f", "%5c", "%3b"] {
+        assert!(!lower.contains(bad), "{:?} holds {bad:?}", r.sub_path);
+    }
+    // Normalizing is done once: the forwarded form is its own normal form.
+    assert_eq!(
+        crate::route::normalize_sub_path(&r.sub_path).as_deref(),
+        Ok(&*r.sub_path)
+    );
+    let Ok(uri) = crate::forward::upstream_uri(up, &r.sub_path, query) else {
         return;
     };
     assert_eq!(uri.host(), Some("upstream.example"));

@@ -173,8 +173,12 @@ async fn proxy(
     check_shape(&parts, limits)?;
 
     // Route first: a wrong method or a path that is not an address is
-    // refused before anything is loaded.
+    // refused before anything is loaded. So is a sub-path a server could
+    // read otherwise than tessera (`route::normalize_sub_path`), and a
+    // query that carries a credential: alike for every address, so
+    // neither tells an unauthenticated caller whether an address exists.
     let r = route(&parts.method, parts.uri.path())?;
+    crate::forward::refuse_credential_query(parts.uri.query())?;
 
     // Origin and Host before authentication: a DNS-rebound browser request
     // is refused whatever credentials it carries.
@@ -243,6 +247,7 @@ async fn proxy(
         entities: &snap.entities,
         revision: snap.revision,
         http_method: &parts.method,
+        path: &r.sub_path,
         rpc_method: None,
         tool: None,
         arguments: None,
@@ -290,6 +295,7 @@ async fn proxy(
             state.config.tools_list_max_bytes,
             if resumed { usize::MAX } else { lists },
         )
+        .with_path(&r.sub_path)
     });
     drop(peeked);
     drop(snap);
@@ -304,7 +310,12 @@ async fn proxy(
     // Forward: strip, inject, send on the pooled client. An OAuth
     // credential's token is fetched first when none is fresh, and once more
     // when the upstream refuses it (401), the request then sent again.
-    let uri = upstream_uri(&upstream, r.sub_path, parts.uri.query())?;
+    let uri = upstream_uri(&upstream, &r.sub_path, parts.uri.query())?;
+    // `--forwarded set`: tessera says who the caller is, truthfully.
+    let forwarded = state
+        .config
+        .forwarded
+        .then_some(crate::forward::Forwarded { peer });
     let credential = || upstream.credential.clone();
     let (resp, redactor) = match &upstream.auth {
         Auth::Static(inj) => {
@@ -315,6 +326,7 @@ async fn proxy(
                 inj,
                 body,
                 state.config.allow_range,
+                forwarded,
             );
             (
                 send(state, up_req, &upstream.credential).await?,
@@ -322,7 +334,14 @@ async fn proxy(
             )
         }
         Auth::OAuth(source) => {
-            let sent = send_oauth(state, source, &upstream.credential, parts, uri, body);
+            let sent = send_oauth(
+                state,
+                source,
+                &upstream.credential,
+                parts,
+                (uri, forwarded),
+                body,
+            );
             Box::pin(sent).await?
         }
     };
@@ -526,7 +545,7 @@ async fn send_oauth(
     source: &crate::oauth::OAuthSource,
     credential: &str,
     parts: http::request::Parts,
-    uri: http::Uri,
+    (uri, forwarded): (http::Uri, Option<crate::forward::Forwarded>),
     body: Bytes,
 ) -> Result<
     (
@@ -553,6 +572,7 @@ async fn send_oauth(
         &token.injection,
         body.clone(),
         state.config.allow_range,
+        forwarded,
     );
     let resp = send(state, first, credential).await?;
     if resp.status() != http::StatusCode::UNAUTHORIZED {
@@ -567,6 +587,7 @@ async fn send_oauth(
         &token.injection,
         body,
         state.config.allow_range,
+        forwarded,
     );
     let resp = send(state, again, credential).await?;
     Ok((resp, token.injection.redactor.clone()))
