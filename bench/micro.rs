@@ -205,6 +205,7 @@ fn benches(c: &mut Criterion) {
         entities: &snap.entities,
         revision: snap.revision,
         http_method: &Method::POST,
+        path: "",
         rpc_method: m.method.as_deref(),
         tool: m.tool(),
         arguments: m.arguments(),

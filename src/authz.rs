@@ -24,6 +24,9 @@ pub struct AuthzRequest<'a> {
     pub entities: &'a cedar_policy::Entities,
     pub revision: i64,
     pub http_method: &'a Method,
+    /// The sub-path after the connection address, normalized as it is
+    /// forwarded (`""` or `/…`: see [`crate::route::normalize_sub_path`]).
+    pub path: &'a str,
     /// The JSON-RPC method of a POST (`tools/call`, `initialize`, …); for a
     /// 2025-03-26 batch, each message is authorized in turn.
     pub rpc_method: Option<&'a str>,

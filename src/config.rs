@@ -42,6 +42,8 @@ pub enum ConfigError {
     NoPlatformRoots(String),
     #[error("--upstream-ca-file {0}: {1}")]
     CaFile(String, String),
+    #[error("--forwarded {0:?}: use off (tessera says nothing of the caller) or set (tessera sets Forwarded and X-Forwarded-For)")]
+    Forwarded(String),
 }
 
 /// Limits on one request and on one caller's use (see [`crate::limits`]).
@@ -102,6 +104,10 @@ pub struct ServeConfig {
     /// Whether a caller's `Range` and `If-Range` reach the upstream
     /// (`--allow-range`; see [`crate::forward::strip_and_inject`]).
     pub allow_range: bool,
+    /// Whether tessera tells the upstream the caller's address in
+    /// `Forwarded` and `X-Forwarded-For` (`--forwarded set`; a caller's
+    /// own are always stripped: see [`crate::forward::set_forwarded`]).
+    pub forwarded: bool,
     pub limits: RequestLimits,
     /// The certificate authorities upstream TLS trusts (`--upstream-roots`
     /// and `--upstream-ca-file`).
@@ -139,6 +145,8 @@ pub struct RawServe {
     pub max_body_bytes: usize,
     pub allow_private_upstreams: bool,
     pub allow_range: bool,
+    /// `off` or `set`.
+    pub forwarded: String,
     pub upstream_roots: String,
     pub upstream_ca_file: Option<String>,
     pub max_headers: usize,
@@ -318,6 +326,11 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
             allow_private: raw.allow_private_upstreams,
         },
         allow_range: raw.allow_range,
+        forwarded: match raw.forwarded.as_str() {
+            "off" => false,
+            "set" => true,
+            other => return Err(ConfigError::Forwarded(other.to_string())),
+        },
         limits,
         upstream_roots: std::sync::Arc::new(upstream_roots(
             &raw.upstream_roots,
@@ -358,6 +371,7 @@ impl RawServe {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             allow_private_upstreams: false,
             allow_range: false,
+            forwarded: "off".into(),
             upstream_roots: "webpki".into(),
             upstream_ca_file: None,
             max_headers: DEFAULT_MAX_HEADERS,

@@ -67,6 +67,14 @@ pub enum ProxyError {
     ParseError,
     #[error("invalid request: {0}")]
     InvalidRequest(&'static str),
+    /// A sub-path an upstream's server could read otherwise than tessera
+    /// (see [`crate::route::normalize_sub_path`]).
+    #[error("invalid request: {} (rule {})", .0.text(), .0.reason())]
+    SubPath(PathRule),
+    /// A query parameter named like a credential (see
+    /// [`crate::forward::refuse_credential_query`]).
+    #[error("invalid request: the query may not carry a credential (a parameter named access_token, token, api_key, key, secret, password, auth or the like); tessera injects the upstream's credential itself, and the caller's token goes in 'Authorization: Bearer <token>' (rule query_credential)")]
+    QueryCredential,
     #[error("reading the request body failed")]
     RequestBody,
     #[error("request timeout: the request body did not arrive within {0} ms")]
@@ -119,6 +127,50 @@ pub enum ProxyError {
     },
 }
 
+/// Why a sub-path was refused: each rule is its own refusal reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathRule {
+    Backslash,
+    EncodedSeparator,
+    DoubleEncoding,
+    BadEscape,
+    Parameter,
+    DotSegment,
+    EmptySegment,
+}
+
+impl PathRule {
+    /// The refusal reason (access log, metrics) and the rule's name in
+    /// the answer.
+    pub fn reason(self) -> &'static str {
+        match self {
+            PathRule::Backslash => "path_backslash",
+            PathRule::EncodedSeparator => "path_encoded_separator",
+            PathRule::DoubleEncoding => "path_double_encoding",
+            PathRule::BadEscape => "path_bad_escape",
+            PathRule::Parameter => "path_parameter",
+            PathRule::DotSegment => "path_dot_segment",
+            PathRule::EmptySegment => "path_empty_segment",
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            PathRule::Backslash => "the path may not contain a backslash",
+            PathRule::EncodedSeparator => {
+                "the path may not contain an encoded '/' or '\\' (%2F, %5C)"
+            }
+            PathRule::DoubleEncoding => {
+                "the path may not be encoded twice (%25 followed by two hex digits)"
+            }
+            PathRule::BadEscape => "the path has a '%' that is not followed by two hex digits",
+            PathRule::Parameter => "the path may not contain ';' (or %3B) parameters",
+            PathRule::DotSegment => "the path may not contain '.' or '..' segments, encoded or not",
+            PathRule::EmptySegment => "the path may not contain an empty segment ('//')",
+        }
+    }
+}
+
 /// Which limit a 429 is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TooMany {
@@ -167,7 +219,9 @@ impl ProxyError {
             HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
-            ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
+            ParseError | InvalidRequest(_) | SubPath(_) | QueryCredential | RequestBody => {
+                StatusCode::BAD_REQUEST
+            }
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
             | UpstreamTls { .. }
@@ -186,8 +240,8 @@ impl ProxyError {
         use ProxyError::*;
         match self {
             ParseError => -32700,
-            InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed
-            | UriTooLong(_) | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
+            InvalidRequest(_) | SubPath(_) | QueryCredential | RequestBody | PayloadTooLarge(_)
+            | MethodNotAllowed | UriTooLong(_) | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
             TooMany(..) => -32029,
             Unauthorized => -32001,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
@@ -225,6 +279,8 @@ impl ProxyError {
             PayloadTooLarge(_) => "too_large",
             ParseError => "parse",
             InvalidRequest(_) => "invalid",
+            SubPath(rule) => rule.reason(),
+            QueryCredential => "query_credential",
             RequestBody => "request_body",
             UriTooLong(_) => "uri_too_long",
             HeadersTooLarge(..) => "headers_too_large",

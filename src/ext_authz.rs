@@ -2,7 +2,7 @@
 //! ask (a policy deny is final and never leaves the process).
 //!
 //! tessera POSTs a JSON description of the request (caller, groups,
-//! connection, credential, upstream host, action, method, tool, arguments,
+//! connection, credential, upstream host, action, method, sub-path, tool, arguments,
 //! protocol version, Origin, time) and expects
 //! `{"decision": "allow"|"deny"|"ask", "reason": "..."}`. The stricter of
 //! the two verdicts stands. A timeout, a connection error, a non-2xx
@@ -52,6 +52,8 @@ struct Question<'a> {
     credential: &'a str,
     upstream_host: &'a str,
     http_method: &'a str,
+    /// The sub-path after the connection address, as forwarded.
+    path: &'a str,
     /// The policy action (`tools/call`, `stream/open`, …).
     action: &'a str,
     method: Option<&'a str>,
@@ -157,6 +159,7 @@ impl ExternalAuthorizer {
             credential: &up.credential,
             upstream_host: up.url.host_str().unwrap_or_default(),
             http_method: req.http_method.as_str(),
+            path: req.path,
             action: Policies::action_name(req.http_method, req.rpc_method),
             method: req.rpc_method,
             tool: req.tool,

@@ -95,6 +95,145 @@ const STRIPPED_REQUEST: [HeaderName; 8] = [
     header::ACCEPT_CHARSET,
 ];
 
+/// Request headers in which a caller vouches for itself: who it is, where
+/// it came from, what URL or method it "really" asked for. An upstream
+/// behind a proxy trusts these (a framework reads `X-Forwarded-For` as the
+/// client's address, `X-Original-URL` as the path to route, and
+/// `X-HTTP-Method-Override` as the method), so a caller's own would be
+/// believed as tessera's word, and would let a call the policies decided
+/// as one thing run as another. tessera sets `Forwarded` and
+/// `X-Forwarded-For` itself, truthfully, with `--forwarded set`
+/// ([`set_forwarded`]). Every `X-Forwarded-*` goes too
+/// ([`is_trust_header`]).
+const TRUST_HEADERS: [&str; 12] = [
+    "forwarded",
+    "x-real-ip",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "x-cluster-client-ip",
+    "fastly-client-ip",
+];
+
+/// A header a caller may not vouch with: [`TRUST_HEADERS`] and every
+/// `X-Forwarded-*` (`-For`, `-Host`, `-Proto`, `-User`, `-Port`,
+/// `-Prefix`, …).
+fn is_trust_header(n: &HeaderName) -> bool {
+    let n = n.as_str();
+    n.starts_with("x-forwarded-") || TRUST_HEADERS.contains(&n)
+}
+
+/// Whether a header's name names a credential, so that a caller's own
+/// (`X-Api-Key`, `X-Auth-Token`, a `Cookie`, …) never travels next to the
+/// stored one: the upstream might prefer it, and a caller's secret is not
+/// the upstream's business. The rule (names are lower case here):
+/// - exactly `cookie`, `proxy-authorization`, `authorization`;
+/// - containing `token`, `secret`, `password`, `passwd`, `credential`,
+///   `api-key`, `apikey`, `api_key`, `auth-key`, `session`;
+/// - except `mcp-session-id`, the MCP session, which the upstream needs.
+///
+/// The header the stored credential is injected as is removed too, and
+/// then set to the stored value: the injection wins.
+pub fn names_a_credential(n: &HeaderName) -> bool {
+    const PARTS: [&str; 10] = [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "api-key",
+        "apikey",
+        "api_key",
+        "auth-key",
+        "session",
+    ];
+    let n = n.as_str();
+    if n == "mcp-session-id" {
+        return false;
+    }
+    matches!(n, "cookie" | "proxy-authorization" | "authorization")
+        || PARTS.iter().any(|p| n.contains(p))
+}
+
+/// `Forwarded` and `X-Forwarded-For` as tessera sets them with
+/// `--forwarded set`: the caller's address as tessera's socket saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forwarded {
+    pub peer: std::net::IpAddr,
+}
+
+/// Set `Forwarded: for=<peer>;proto=http` (RFC 7239) and
+/// `X-Forwarded-For: <peer>` after the caller's own were stripped. `proto`
+/// is `http`: tessera's data plane serves plain HTTP (TLS, if any, ends in
+/// front of it, and what is in front vouches for itself, not tessera).
+pub fn set_forwarded(h: &mut HeaderMap, f: Forwarded) {
+    let peer = f.peer.to_canonical();
+    let node = match peer {
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        // An IPv6 node is quoted and bracketed (RFC 7239 §6).
+        std::net::IpAddr::V6(ip) => format!("\"[{ip}]\""),
+    };
+    // The caller's own were stripped: one present now is the injected
+    // credential's header (an odd name for one, but the injection wins).
+    if let Ok(v) = HeaderValue::from_str(&format!("for={node};proto=http")) {
+        h.entry(HeaderName::from_static("forwarded")).or_insert(v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&peer.to_string()) {
+        h.entry(HeaderName::from_static("x-forwarded-for"))
+            .or_insert(v);
+    }
+}
+
+/// Query parameter names that name a credential (compared in lower case,
+/// `-` read as `_`). Exact names, not parts of names: `max_tokens` and
+/// `page_token` are everyday parameters that carry none.
+const CREDENTIAL_PARAMS: [&str; 17] = [
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "auth_token",
+    "token",
+    "api_key",
+    "apikey",
+    "x_api_key",
+    "key",
+    "secret",
+    "client_secret",
+    "password",
+    "passwd",
+    "auth",
+    "authorization",
+    "credential",
+    "credentials",
+];
+
+/// Refuse (400, `query_credential`) a query with a parameter named like a
+/// credential (`?access_token=…`). Refused rather than dropped: dropping
+/// would silently change the request the caller sent, and refusing tells
+/// the caller why (its token belongs in `Authorization`, the upstream's is
+/// tessera's to inject). Names are percent-decoded (`%74oken`) and `+` is
+/// a space, as a form parser reads them.
+pub fn refuse_credential_query(query: Option<&str>) -> Result<(), ProxyError> {
+    let Some(q) = query else { return Ok(()) };
+    for pair in q.split(['&', ';']) {
+        let name = pair.split('=').next().unwrap_or("");
+        let name: String = url::form_urlencoded::parse(name.as_bytes())
+            .next()
+            .map(|(k, _)| k.into_owned())
+            .unwrap_or_default();
+        let name = name.trim().to_ascii_lowercase().replace('-', "_");
+        if CREDENTIAL_PARAMS.contains(&name.as_str()) {
+            return Err(ProxyError::QueryCredential);
+        }
+    }
+    Ok(())
+}
+
 /// Request headers that ask for part of an answer, stripped unless
 /// `--allow-range`: a caller could ask for byte ranges of an answer that
 /// reflects the injected secret, each slice too short to hold it whole, and
@@ -136,15 +275,19 @@ pub fn remove_hop_by_hop_and(h: &mut HeaderMap, also: impl Fn(&HeaderName) -> bo
     }
 }
 
-/// Strip the caller's credentials and hop-by-hop headers (and `Range`,
-/// `If-Range` unless `allow_range`), ask for an uncoded answer, then
-/// inject the stored credential.
+/// Strip the caller's credentials (and every header whose name names one),
+/// the headers it could vouch for itself with, and hop-by-hop headers (and
+/// `Range`, `If-Range` unless `allow_range`), ask for an uncoded answer,
+/// then inject the stored credential.
 /// Everything else (`Mcp-Session-Id`, `MCP-Protocol-Version`,
 /// `Last-Event-ID`, `Accept`, `Content-Type`, `Mcp-Method`, `Mcp-Name`,
 /// `Mcp-Param-*`, …) passes unchanged.
 pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection, allow_range: bool) {
     remove_hop_by_hop_and(h, |n| {
-        STRIPPED_REQUEST.contains(n) || (!allow_range && RANGE_REQUEST.contains(n))
+        STRIPPED_REQUEST.contains(n)
+            || (!allow_range && RANGE_REQUEST.contains(n))
+            || is_trust_header(n)
+            || names_a_credential(n)
     });
     // The answer is scanned for the secret, so it is asked for as plain
     // bytes (what still arrives coded is decoded: `crate::decode`).
@@ -162,7 +305,8 @@ pub fn strip_and_inject(h: &mut HeaderMap, inj: &Injection, allow_range: bool) {
 /// segments (plain or percent-encoded) is refused: it could climb out of
 /// the upstream URL's path.
 pub fn upstream_uri(up: &Upstream, sub_path: &str, query: Option<&str>) -> Result<Uri, ProxyError> {
-    if sub_path.split('/').any(is_dot_segment) {
+    // `route` refused these already; kept so this function is safe alone.
+    if sub_path.split('/').any(crate::route::is_dot_segment) {
         return Err(ProxyError::InvalidRequest(
             "the path may not contain '.' or '..' segments",
         ));
@@ -202,24 +346,10 @@ pub fn upstream_uri(up: &Upstream, sub_path: &str, query: Option<&str>) -> Resul
         .map_err(|_| ProxyError::InvalidRequest("the request path is not a valid URI"))
 }
 
-/// `.` or `..`, each dot plain or percent-encoded (`%2e`, `%2E`).
-fn is_dot_segment(seg: &str) -> bool {
-    let mut rest = seg.as_bytes();
-    let mut dots = 0;
-    while !rest.is_empty() {
-        match rest {
-            [b'.', tail @ ..] => rest = tail,
-            [b'%', b'2', b'e' | b'E', tail @ ..] => rest = tail,
-            _ => return false,
-        }
-        dots += 1;
-    }
-    dots == 1 || dots == 2
-}
-
 /// Assemble the upstream request from the caller's parts, injecting `inj`
 /// (the credential's stored header, or its current OAuth token);
-/// `allow_range` is `--allow-range`.
+/// `allow_range` is `--allow-range`; with `forwarded` (`--forwarded set`)
+/// tessera says who the caller is ([`set_forwarded`]).
 pub fn upstream_request(
     method: Method,
     uri: Uri,
@@ -227,8 +357,12 @@ pub fn upstream_request(
     inj: &Injection,
     body: Bytes,
     allow_range: bool,
+    forwarded: Option<Forwarded>,
 ) -> Request<Bytes> {
     strip_and_inject(&mut headers, inj, allow_range);
+    if let Some(f) = forwarded {
+        set_forwarded(&mut headers, f);
+    }
     if let Some(host) = uri
         .authority()
         .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
@@ -347,6 +481,107 @@ mod tests {
     }
 
     #[test]
+    fn trust_and_credential_named_headers_never_travel() {
+        let inj = injection(
+            Scheme::Header,
+            Some("x-auth-token"),
+            None,
+            &SecretString::from("s".to_string()),
+        )
+        .unwrap();
+        let mut h = HeaderMap::new();
+        let gone = [
+            "x-forwarded-for",
+            "x-forwarded-host",
+            "x-forwarded-proto",
+            "x-forwarded-user",
+            "x-forwarded-prefix",
+            "forwarded",
+            "x-real-ip",
+            "x-original-url",
+            "x-rewrite-url",
+            "x-http-method-override",
+            "x-http-method",
+            "x-method-override",
+            "x-client-ip",
+            "true-client-ip",
+            "cf-connecting-ip",
+            "x-api-key",
+            "api-key",
+            "x-access-token",
+            "x-session-id",
+            "x-client-secret",
+            "x-db-password",
+            "x-aws-credential",
+            "x-apikey",
+        ];
+        for n in gone {
+            h.insert(HeaderName::from_static(n), HeaderValue::from_static("1"));
+        }
+        h.insert("x-auth-token", HeaderValue::from_static("forged"));
+        h.insert("mcp-session-id", HeaderValue::from_static("m"));
+        h.insert("x-request-id", HeaderValue::from_static("r"));
+        strip_and_inject(&mut h, &inj, false);
+        for n in gone {
+            assert!(!h.contains_key(n), "{n}");
+        }
+        assert_eq!(h["x-auth-token"], "s", "the injection wins");
+        assert_eq!(h["mcp-session-id"], "m");
+        assert_eq!(h["x-request-id"], "r");
+
+        let mut h = HeaderMap::new();
+        set_forwarded(
+            &mut h,
+            Forwarded {
+                peer: "::ffff:192.0.2.7".parse().unwrap(),
+            },
+        );
+        assert_eq!(h["forwarded"], "for=192.0.2.7;proto=http");
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        let mut h = HeaderMap::new();
+        set_forwarded(
+            &mut h,
+            Forwarded {
+                peer: "2001:db8::1".parse().unwrap(),
+            },
+        );
+        assert_eq!(h["forwarded"], "for=\"[2001:db8::1]\";proto=http");
+    }
+
+    #[test]
+    fn credential_query_parameters_are_refused() {
+        for q in [
+            "access_token=x",
+            "a=1&TOKEN=x",
+            "api-key=x",
+            "apikey",
+            "Key=1",
+            "secret=",
+            "password=p",
+            "client_secret=c",
+            "auth=1",
+            "%74oken=x",
+            "a=1;token=x",
+        ] {
+            assert!(
+                matches!(
+                    refuse_credential_query(Some(q)),
+                    Err(ProxyError::QueryCredential)
+                ),
+                "{q}"
+            );
+        }
+        for q in [
+            None,
+            Some(""),
+            Some("a=token&b=secret"),
+            Some("max_tokens=5&page_token=x&keyword=k&author=a&sessionId=s"),
+        ] {
+            assert!(refuse_credential_query(q).is_ok(), "{q:?}");
+        }
+    }
+
+    #[test]
     fn header_scheme_replaces_a_callers_copy() {
         let inj = injection(
             Scheme::Header,
@@ -378,7 +613,7 @@ mod tests {
         for bad in ["/..", "/a/../b", "/%2e%2E", "/.", "/.%2e/x", "/%2E"] {
             assert!(upstream_uri(&up, bad, None).is_err(), "{bad}");
         }
-        for ok in ["/...", "/.x", "/%2e%2e%2e", "/a.b", "/%2f"] {
+        for ok in ["/...", "/.x", "/%2e%2e%2e", "/a.b"] {
             assert!(upstream_uri(&up, ok, None).is_ok(), "{ok}");
         }
     }

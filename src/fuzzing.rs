@@ -85,7 +85,10 @@ pub fn headers(data: &[u8]) {
     let mut back = h;
     crate::filter::filter_response_headers(&mut back);
     stored().redactor.headers(&mut back);
-    crate::filter::drop_locations_into_tessera(&mut back, |host| host == "localhost");
+    let upstream = url::Url::parse("https://upstream.example/mcp").expect("a URL");
+    crate::filter::keep_locations_within_upstream(&mut back, &upstream, |host| {
+        crate::filter::host_is_tessera(host, |n| n == "localhost", [127, 0, 0, 1].into())
+    });
     for gone in [
         header::WWW_AUTHENTICATE,
         header::SET_COOKIE,
@@ -102,7 +105,7 @@ pub fn headers(data: &[u8]) {
     if let Some(loc) = back.get(header::LOCATION) {
         let url = url::Url::parse(loc.to_str().expect("a kept Location is text"))
             .expect("a kept Location is absolute");
-        assert_ne!(url.host_str(), Some("localhost"));
+        assert_eq!(url.origin(), upstream.origin());
     }
 }
 
@@ -134,7 +137,21 @@ pub fn route(data: &[u8]) {
     };
     assert!(crate::route::method_allowed(&method));
     assert!(!r.connection_id.is_empty() && !r.connection_id.contains('/'));
-    let Ok(uri) = crate::forward::upstream_uri(up, r.sub_path, query) else {
+    // What routing lets through holds no form a server could read
+    // otherwise (`route::normalize_sub_path`).
+    for bad in ["\\", ";", "//"] {
+        assert!(!r.sub_path.contains(bad), "{:?} holds {bad:?}", r.sub_path);
+    }
+    let lower = r.sub_path.to_ascii_lowercase();
+    for bad in ["%2f", "%5c", "%3b"] {
+        assert!(!lower.contains(bad), "{:?} holds {bad:?}", r.sub_path);
+    }
+    // Normalizing is done once: the forwarded form is its own normal form.
+    assert_eq!(
+        crate::route::normalize_sub_path(&r.sub_path).as_deref(),
+        Ok(&*r.sub_path)
+    );
+    let Ok(uri) = crate::forward::upstream_uri(up, &r.sub_path, query) else {
         return;
     };
     assert_eq!(uri.host(), Some("upstream.example"));

@@ -5,19 +5,22 @@
 //!   `Retry-After`. The counters live in [`CallerUse`], one per caller,
 //!   carried from snapshot to snapshot so a reload never resets them.
 //! - **Failed authentication**, per source address and per connection
-//!   address ([`AuthThrottle`]): after a few failures in a row, further
+//!   address presented, whether it exists or not ([`AuthThrottle`]):
+//!   after a few failures in a row, further
 //!   failures are answered 429 with an exponentially growing
 //!   `Retry-After` instead of 401. A request with a valid token is never
 //!   throttled, so a burst of wrong tokens against an address cannot lock
 //!   out its real caller; tokens are 256 random bits, so the valid-token
 //!   exemption gives a guesser nothing. The throttle sheds and flags the
-//!   flood (metrics, one log line per back-off step).
+//!   flood (metrics, one log line per back-off step). Its tables have a
+//!   fixed size, whatever a flood sprays.
 //!
 //! All of it is in memory, per process, and lock-light: one short mutex per
 //! caller for the bucket, atomics for the in-flight count, and the
 //! throttle's tables are touched only by failed requests.
 
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -126,7 +129,18 @@ impl CallerUse {
 }
 
 /// Failed authentication, remembered per source address and per connection
-/// address.
+/// address presented.
+///
+/// An address is counted whether a connection lives there or not: were
+/// only existing addresses counted, an existing one would answer 429 after
+/// a few wrong tokens and a random one 401 forever, and a stranger could
+/// tell which addresses exist. Counting every address a stranger names
+/// must not let the stranger grow memory, so each table is a fixed array
+/// of [`SLOTS`] records indexed by a keyed hash (a random key per process,
+/// so slots cannot be aimed at): nothing is ever inserted or evicted. Two
+/// keys that share a slot share a count; that can only bring a wrong
+/// token's 429 sooner, never hold a valid token, and it happens to an
+/// existing address and a random one alike.
 #[derive(Debug)]
 pub struct AuthThrottle {
     /// Failures in a row tolerated before back-off starts.
@@ -135,8 +149,9 @@ pub struct AuthThrottle {
     cap: Duration,
     /// A key's record is forgotten after this long without a failure.
     forget: Duration,
-    by_source: Mutex<HashMap<IpAddr, Failures>>,
-    by_address: Mutex<HashMap<Box<str>, Failures>>,
+    hasher: RandomState,
+    by_source: Mutex<Box<[Failures]>>,
+    by_address: Mutex<Box<[Failures]>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,8 +164,8 @@ struct Failures {
     until: Instant,
 }
 
-/// The most keys each table holds; past it, the oldest records go first.
-const MAX_KEYS: usize = 4096;
+/// The records in each table (40 bytes each: 160 KiB per table).
+const SLOTS: usize = 4096;
 
 impl Default for AuthThrottle {
     fn default() -> Self {
@@ -160,12 +175,29 @@ impl Default for AuthThrottle {
 
 impl AuthThrottle {
     pub fn new(free: u32, cap: Duration, forget: Duration) -> Self {
+        let now = Instant::now();
+        // count 0: a fresh record, whatever its times.
+        let table = || {
+            Mutex::new(
+                vec![
+                    Failures {
+                        count: 0,
+                        level: 0,
+                        last: now,
+                        until: now,
+                    };
+                    SLOTS
+                ]
+                .into_boxed_slice(),
+            )
+        };
         AuthThrottle {
             free,
             cap,
             forget,
-            by_source: Mutex::default(),
-            by_address: Mutex::default(),
+            hasher: RandomState::new(),
+            by_source: table(),
+            by_address: table(),
         }
     }
 
@@ -173,68 +205,59 @@ impl AuthThrottle {
     /// `Some(seconds)` when the failure falls in a back-off (answer 429
     /// with that `Retry-After`), `None` for a plain 401.
     pub fn failed(&self, source: IpAddr, address: Option<&str>, now: Instant) -> Option<u32> {
-        let a = record(&self.by_source, source, now, self);
-        let b = address.and_then(|addr| {
-            // Addresses are bounded by the route (a fixed id length), so a
-            // key is small; only failures ever insert one.
-            record(&self.by_address, Box::<str>::from(addr), now, self)
-        });
+        let a = self.record(&self.by_source, self.slot(source_key(source)), now);
+        let b = address.and_then(|addr| self.record(&self.by_address, self.slot(addr), now));
         a.max(b)
+    }
+
+    fn slot(&self, key: impl std::hash::Hash) -> usize {
+        (self.hasher.hash_one(key) % SLOTS as u64) as usize
     }
 
     fn backoff(&self, level: u32) -> Duration {
         Duration::from_secs(1u64 << level.min(16)).min(self.cap)
     }
+
+    /// Count one failure in `slot`; the back-off it falls in, if any.
+    fn record(&self, table: &Mutex<Box<[Failures]>>, slot: usize, now: Instant) -> Option<u32> {
+        let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+        let f = &mut t[slot];
+        if f.count == 0 || now.saturating_duration_since(f.last) >= self.forget {
+            f.count = 0;
+            f.level = 0;
+            f.until = now;
+        }
+        let throttled = now < f.until;
+        f.count = f.count.saturating_add(1);
+        f.last = now;
+        if f.count > self.free && !throttled {
+            // The next failures wait out a back-off that doubles each time.
+            f.level += 1;
+            f.until = now + self.backoff(f.level);
+            tracing::warn!(
+                failures = f.count,
+                backoff_s = self.backoff(f.level).as_secs(),
+                "repeated failed authentication; answering 429 for a while"
+            );
+        }
+        throttled.then(|| {
+            let left = f.until.saturating_duration_since(now).as_secs_f64().ceil() as u32;
+            left.max(1)
+        })
+    }
 }
 
-/// Count one failure under `key`; the back-off it falls in, if any.
-fn record<K: std::hash::Hash + Eq + Clone>(
-    table: &Mutex<HashMap<K, Failures>>,
-    key: K,
-    now: Instant,
-    t: &AuthThrottle,
-) -> Option<u32> {
-    let mut map = table.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() >= MAX_KEYS && !map.contains_key(&key) {
-        map.retain(|_, f| now.saturating_duration_since(f.last) < t.forget);
-        if map.len() >= MAX_KEYS {
-            if let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, f)| f.last)
-                .map(|(k, _)| k.clone())
-            {
-                map.remove(&oldest);
-            }
+/// The source a failure is counted on: an IPv4 address, or an IPv6
+/// address's /64 (one host commonly holds a whole /64, and could rotate
+/// through it); an IPv4-mapped IPv6 address is its IPv4 address.
+fn source_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(prefix.into())
         }
+        v4 => v4,
     }
-    let f = map.entry(key).or_insert(Failures {
-        count: 0,
-        level: 0,
-        last: now,
-        until: now,
-    });
-    if now.saturating_duration_since(f.last) >= t.forget {
-        f.count = 0;
-        f.level = 0;
-        f.until = now;
-    }
-    let throttled = now < f.until;
-    f.count = f.count.saturating_add(1);
-    f.last = now;
-    if f.count > t.free && !throttled {
-        // The next failures wait out a back-off that doubles each time.
-        f.level += 1;
-        f.until = now + t.backoff(f.level);
-        tracing::warn!(
-            failures = f.count,
-            backoff_s = t.backoff(f.level).as_secs(),
-            "repeated failed authentication; answering 429 for a while"
-        );
-    }
-    throttled.then(|| {
-        let left = f.until.saturating_duration_since(now).as_secs_f64().ceil() as u32;
-        left.max(1)
-    })
 }
 
 #[cfg(test)]
@@ -322,9 +345,39 @@ mod tests {
     fn the_tables_stay_bounded() {
         let t = AuthThrottle::default();
         let now = Instant::now();
-        for i in 0..(MAX_KEYS as u32 + 100) {
-            t.failed(IpAddr::from(i.to_be_bytes()), None, now);
+        for i in 0..(SLOTS as u32 * 4) {
+            t.failed(IpAddr::from(i.to_be_bytes()), Some(&format!("a{i}")), now);
         }
-        assert!(t.by_source.lock().unwrap().len() <= MAX_KEYS);
+        assert_eq!(t.by_source.lock().unwrap().len(), SLOTS);
+        assert_eq!(t.by_address.lock().unwrap().len(), SLOTS);
+    }
+
+    #[test]
+    fn an_unknown_address_is_throttled_like_a_known_one() {
+        // Each failure from a new source: only the address counts. (A
+        // throttle each: two addresses may share a slot by chance.)
+        let now = Instant::now();
+        let statuses = |addr: &str, net: u8| -> Vec<Option<u32>> {
+            let t = AuthThrottle::new(3, Duration::from_secs(8), Duration::from_secs(100));
+            (0..6)
+                .map(|i| t.failed(IpAddr::from([10, net, 0, i]), Some(addr), now))
+                .collect()
+        };
+        let known = statuses("real-connection-id", 1);
+        assert_eq!(known, [None, None, None, None, Some(2), Some(2)]);
+        assert_eq!(statuses("random-address-xyz", 2), known);
+    }
+
+    #[test]
+    fn an_ipv6_source_is_counted_by_its_64() {
+        let t = AuthThrottle::new(2, Duration::from_secs(8), Duration::from_secs(100));
+        let now = Instant::now();
+        let got: Vec<_> = (0..4u16)
+            .map(|i| {
+                let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 1, i, i, i, i);
+                t.failed(IpAddr::V6(ip), None, now)
+            })
+            .collect();
+        assert_eq!(got, [None, None, None, Some(2)]);
     }
 }

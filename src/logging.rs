@@ -8,7 +8,12 @@
 //! second of access lines; warnings and errors are never held back.
 //!
 //! Values an attacker can choose (a tool name from a request body) are
-//! quoted and escaped, so no value can forge a line or a field.
+//! quoted and escaped, so no value can forge a line or a field: control
+//! characters (C0, DEL and C1, U+0085 among them), the Unicode line and
+//! paragraph separators U+2028 and U+2029 (line breaks to Unicode-aware
+//! splitters and viewers) and the bidirectional controls (which reorder
+//! what a person reads) are written as escapes in both formats
+//! ([`needs_escape`]).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -71,7 +76,23 @@ fn format_json_line(
     w.write_str("}\n")
 }
 
-/// A JSON string: quoted, with `"`, `\` and control characters escaped.
+/// A character a log value never holds raw: a control character (C0,
+/// DEL, C1 with U+0085 NEL), a line or paragraph separator (U+2028,
+/// U+2029), or a bidirectional control (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069).
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}'
+        )
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
+/// A JSON string: quoted, with `"`, `\` and what [`needs_escape`] picks
+/// escaped (`\u2028`: JSON allows it raw, but a JavaScript or
+/// Unicode-aware reader breaks the line there).
 fn write_json_str(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
     w.write_char('"')?;
     for c in v.chars() {
@@ -81,7 +102,8 @@ fn write_json_str(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
             '\n' => w.write_str("\\n")?,
             '\r' => w.write_str("\\r")?,
             '\t' => w.write_str("\\t")?,
-            c if (c as u32) < 0x20 || c == '\u{7f}' => write!(w, "\\u{:04x}", c as u32)?,
+            // All of these are in the Basic Multilingual Plane.
+            c if needs_escape(c) => write!(w, "\\u{:04x}", c as u32)?,
             c => w.write_char(c)?,
         }
     }
@@ -239,7 +261,7 @@ impl Visit for Fields<'_> {
 }
 
 /// A value bare when it is plainly safe, else quoted with `"`, `\` and
-/// control characters escaped.
+/// what [`needs_escape`] picks escaped (`\n`, `\u{2028}`).
 fn write_value(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
     let bare = !v.is_empty()
         && v.bytes().all(|b| {
@@ -254,7 +276,7 @@ fn write_value(w: &mut dyn std::fmt::Write, v: &str) -> std::fmt::Result {
         match c {
             '"' => w.write_str("\\\"")?,
             '\\' => w.write_str("\\\\")?,
-            c if c.is_control() => write!(w, "{}", c.escape_default())?,
+            c if needs_escape(c) => write!(w, "{}", c.escape_default())?,
             c => w.write_char(c)?,
         }
     }
@@ -476,6 +498,38 @@ mod tests {
         assert_eq!(v["ok"], true);
         assert!(v.get("forged").is_none());
         assert!(v["time"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn line_separators_and_bidi_controls_are_escaped_in_both_formats() {
+        let hostile = "a\u{2028}INFO forged=1\u{2029}b\u{85}c\u{202e}d\u{9b}e";
+        let (buffered, sink) = with_logger(|| tracing::info!(tool = hostile));
+        buffered.flush();
+        let text = sink.text();
+        assert!(
+            text.trim_end()
+                .ends_with(r#"tool="a\u{2028}INFO forged=1\u{2029}b\u{85}c\u{202e}d\u{9b}e""#),
+            "{text}"
+        );
+        let mut json = String::new();
+        let sink = Shared::default();
+        let buffered = Buffered::new(Box::new(sink.clone()));
+        let sub = tracing_subscriber::fmt()
+            .event_format(JsonLines)
+            .with_writer(buffered.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || tracing::info!(tool = hostile));
+        buffered.flush();
+        json.push_str(&sink.text());
+        assert!(
+            json.contains(r#""tool":"a\u2028INFO forged=1\u2029b\u0085c\u202ed\u009be""#),
+            "{json}"
+        );
+        let v: serde_json::Value = serde_json::from_str(json.trim_end()).unwrap();
+        assert_eq!(v["tool"], hostile);
+        for out in [&text, &json] {
+            assert!(!out.contains(['\u{2028}', '\u{2029}', '\u{85}', '\u{202e}', '\u{9b}']));
+        }
     }
 
     #[test]

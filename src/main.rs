@@ -217,6 +217,10 @@ enum PolicyCmd {
         /// GET (stream/open) or DELETE (session/end) instead of a POST.
         #[arg(long, value_parser = ["POST", "GET", "DELETE"])]
         http_method: Option<String>,
+        /// The sub-path after the connection address (`/files/x`), as
+        /// policies see it in context.path (default: none).
+        #[arg(long, default_value = "")]
+        path: String,
         /// The policy folder (default: as `serve`).
         #[arg(long, env = "TESSERA_POLICIES")]
         policies: Option<PathBuf>,
@@ -305,6 +309,11 @@ struct ServeArgs {
     /// redaction of the stored secret).
     #[arg(long, env = "TESSERA_ALLOW_RANGE")]
     allow_range: bool,
+    /// Tell the upstream the caller's address: off (nothing), or set
+    /// (tessera sets Forwarded: for=<peer>;proto=http and X-Forwarded-For:
+    /// <peer>). A caller's own forwarding headers are stripped either way.
+    #[arg(long, env = "TESSERA_FORWARDED", default_value = "off", value_parser = ["off", "set"])]
+    forwarded: String,
     /// The certificate authorities upstream TLS trusts: webpki (the Mozilla
     /// roots built in) or platform (the system's store).
     #[arg(long, env = "TESSERA_UPSTREAM_ROOTS", default_value = "webpki")]
@@ -758,6 +767,7 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
             tool,
             arguments,
             http_method,
+            path,
             policies,
         } => {
             let p = load_policies(policies.as_deref())?;
@@ -788,6 +798,7 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 entities: &snap.entities,
                 revision: snap.revision,
                 http_method: &http_method,
+                path: &path,
                 rpc_method,
                 tool: tool.as_deref(),
                 arguments: arguments.as_deref(),
@@ -1168,6 +1179,7 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         max_body_bytes: a.max_body_bytes,
         allow_private_upstreams: a.egress.allow_private_upstreams,
         allow_range: a.allow_range,
+        forwarded: a.forwarded.clone(),
         upstream_roots: a.upstream_roots.clone(),
         upstream_ca_file: a.upstream_ca_file.clone(),
         max_headers: a.max_headers,

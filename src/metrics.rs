@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 29] = [
+pub const REASONS: [&str; 37] = [
     "method",
     "not_found",
     "origin",
@@ -62,6 +62,14 @@ pub const REASONS: [&str; 29] = [
     "credential_rejected",
     "upstream_protocol",
     "upstream_encoding",
+    "path_backslash",
+    "path_encoded_separator",
+    "path_double_encoding",
+    "path_bad_escape",
+    "path_parameter",
+    "path_dot_segment",
+    "path_empty_segment",
+    "query_credential",
 ];
 
 /// The process's counters.
@@ -357,6 +365,7 @@ mod tests {
             ProxyError::Denied(String::new()),
             ProxyError::Held(String::new()),
             ProxyError::InvalidRequest(""),
+            ProxyError::QueryCredential,
             ProxyError::UpstreamUnreachable {
                 credential: String::new(),
             },
@@ -371,6 +380,19 @@ mod tests {
                 credential: String::new(),
             },
         ] {
+            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+        use crate::error::PathRule::*;
+        for rule in [
+            Backslash,
+            EncodedSeparator,
+            DoubleEncoding,
+            BadEscape,
+            Parameter,
+            DotSegment,
+            EmptySegment,
+        ] {
+            let e = ProxyError::SubPath(rule);
             assert!(REASONS.contains(&e.reason()), "{}", e.reason());
         }
     }

@@ -4,8 +4,8 @@
 //! `Caller` (in its `Group`s), the resource the `Connection` (its owner,
 //! credential name and upstream host), the action the JSON-RPC method (or
 //! `stream/open` for a GET, `session/end` for a DELETE), and the context
-//! the request's HTTP method, tool, arguments, protocol version, Origin and
-//! time. A policy set is a folder of `.cedar` files validated against the
+//! the request's HTTP method, sub-path, tool, arguments, protocol version,
+//! Origin and time. A policy set is a folder of `.cedar` files validated against the
 //! schema (the folder's own `schema.cedarschema`, else the built-in one);
 //! an invalid set is refused whole, with file, line and reason for each
 //! problem, so a server never runs half a policy.
@@ -132,6 +132,7 @@ struct ContextUse {
     arguments: bool,
     protocol_version: bool,
     origin: bool,
+    path: bool,
     time: bool,
     /// `context.time.unix`: the time to the second. Without it the time
     /// attributes (hour, minute, weekday) change once a minute.
@@ -148,6 +149,7 @@ impl ContextUse {
             u.arguments |= t.contains("arguments");
             u.protocol_version |= t.contains("protocol_version");
             u.origin |= t.contains("origin");
+            u.path |= t.contains("path");
             u.time |= t.contains("time");
             u.time_unix |= t.contains("unix");
         }
@@ -461,7 +463,7 @@ impl Policies {
     /// What a decision depends on besides caller, action and time: the
     /// connection id and the context attributes the policies read (`None`
     /// for one they do not read).
-    fn keyed_values<'a>(&self, req: &AuthzRequest<'a>) -> [Option<&'a str>; 6] {
+    fn keyed_values<'a>(&self, req: &AuthzRequest<'a>) -> [Option<&'a str>; 7] {
         let u = self.uses;
         let read = |used: bool, v: Option<&'a str>| if used { v } else { None };
         [
@@ -471,6 +473,7 @@ impl Policies {
             read(u.tool, req.tool),
             read(u.protocol_version, req.protocol_version),
             read(u.origin, req.origin),
+            read(u.path, Some(req.path)),
         ]
     }
 
@@ -757,6 +760,7 @@ fn context(req: &AuthzRequest<'_>, uses: ContextUse) -> Result<Context, String> 
             req.protocol_version,
         ),
         ("origin", uses.origin, req.origin),
+        ("path", uses.path, Some(req.path)),
     ];
     for (k, used, v) in fields {
         if let (true, Some(v)) = (used, v) {
@@ -959,6 +963,7 @@ mod tests {
             entities: &w.entities,
             revision: 1,
             http_method: &http::Method::POST,
+            path: "",
             rpc_method: Some(method),
             tool,
             arguments: tool.map(|_| "{}"),

@@ -19,7 +19,9 @@ use crate::authn::{authenticate, connection_for};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::{Metered, ProxyBody};
 use crate::error::{ProxyError, TooMany};
-use crate::filter::{credential_rejected, drop_locations_into_tessera, filter_response_headers};
+use crate::filter::{
+    credential_rejected, filter_response_headers, host_is_tessera, keep_locations_within_upstream,
+};
 use crate::forward::{upstream_request, upstream_uri, SendError};
 use crate::jsonrpc::peek;
 use crate::limits::Refusal;
@@ -171,8 +173,12 @@ async fn proxy(
     check_shape(&parts, limits)?;
 
     // Route first: a wrong method or a path that is not an address is
-    // refused before anything is loaded.
+    // refused before anything is loaded. So is a sub-path a server could
+    // read otherwise than tessera (`route::normalize_sub_path`), and a
+    // query that carries a credential: alike for every address, so
+    // neither tells an unauthenticated caller whether an address exists.
     let r = route(&parts.method, parts.uri.path())?;
+    crate::forward::refuse_credential_query(parts.uri.query())?;
 
     // Origin and Host before authentication: a DNS-rebound browser request
     // is refused whatever credentials it carries.
@@ -182,13 +188,14 @@ async fn proxy(
     // as this caller's; someone else's address is as unknown as a random one.
     let snap = state.snapshot.load();
     let caller = authenticate(&snap, &parts.headers).map_err(|e| {
-        // Failures are counted per source and per (existing) address; in
+        // Failures are counted per source and per address presented,
+        // whether the address exists or not: were only existing addresses
+        // counted, their 429s would tell a stranger which ones exist. In
         // a back-off they are answered 429. A valid token is never held.
-        let address = snap
-            .connections
-            .contains_key(r.connection_id)
-            .then_some(r.connection_id);
-        match state.auth_throttle.failed(peer, address, Instant::now()) {
+        match state
+            .auth_throttle
+            .failed(peer, Some(r.connection_id), Instant::now())
+        {
             Some(s) => ProxyError::TooMany(TooMany::FailedAuth, s),
             None => e,
         }
@@ -240,6 +247,7 @@ async fn proxy(
         entities: &snap.entities,
         revision: snap.revision,
         http_method: &parts.method,
+        path: &r.sub_path,
         rpc_method: None,
         tool: None,
         arguments: None,
@@ -287,6 +295,7 @@ async fn proxy(
             state.config.tools_list_max_bytes,
             if resumed { usize::MAX } else { lists },
         )
+        .with_path(&r.sub_path)
     });
     drop(peeked);
     drop(snap);
@@ -301,7 +310,12 @@ async fn proxy(
     // Forward: strip, inject, send on the pooled client. An OAuth
     // credential's token is fetched first when none is fresh, and once more
     // when the upstream refuses it (401), the request then sent again.
-    let uri = upstream_uri(&upstream, r.sub_path, parts.uri.query())?;
+    let uri = upstream_uri(&upstream, &r.sub_path, parts.uri.query())?;
+    // `--forwarded set`: tessera says who the caller is, truthfully.
+    let forwarded = state
+        .config
+        .forwarded
+        .then_some(crate::forward::Forwarded { peer });
     let credential = || upstream.credential.clone();
     let (resp, redactor) = match &upstream.auth {
         Auth::Static(inj) => {
@@ -312,6 +326,7 @@ async fn proxy(
                 inj,
                 body,
                 state.config.allow_range,
+                forwarded,
             );
             (
                 send(state, up_req, &upstream.credential).await?,
@@ -319,7 +334,14 @@ async fn proxy(
             )
         }
         Auth::OAuth(source) => {
-            let sent = send_oauth(state, source, &upstream.credential, parts, uri, body);
+            let sent = send_oauth(
+                state,
+                source,
+                &upstream.credential,
+                parts,
+                (uri, forwarded),
+                body,
+            );
             Box::pin(sent).await?
         }
     };
@@ -355,7 +377,10 @@ async fn proxy(
     if parts.headers.contains_key(header::LOCATION)
         || parts.headers.contains_key(header::CONTENT_LOCATION)
     {
-        drop_locations_into_tessera(&mut parts.headers, |h| state.is_own_host(h));
+        let listen = state.config.listen.ip();
+        keep_locations_within_upstream(&mut parts.headers, &upstream.url, |h| {
+            host_is_tessera(h, |name| state.is_own_host(name), listen)
+        });
     }
     let event_stream = parts
         .headers
@@ -523,7 +548,7 @@ async fn send_oauth(
     source: &crate::oauth::OAuthSource,
     credential: &str,
     parts: http::request::Parts,
-    uri: http::Uri,
+    (uri, forwarded): (http::Uri, Option<crate::forward::Forwarded>),
     body: Bytes,
 ) -> Result<
     (
@@ -550,6 +575,7 @@ async fn send_oauth(
         &token.injection,
         body.clone(),
         state.config.allow_range,
+        forwarded,
     );
     let resp = send(state, first, credential).await?;
     if resp.status() != http::StatusCode::UNAUTHORIZED {
@@ -564,6 +590,7 @@ async fn send_oauth(
         &token.injection,
         body,
         state.config.allow_range,
+        forwarded,
     );
     let resp = send(state, again, credential).await?;
     Ok((resp, token.injection.redactor.clone()))

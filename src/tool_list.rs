@@ -61,6 +61,7 @@ pub struct ToolFilter {
     max_bytes: usize,
     /// `tools/list` answers still expected (`usize::MAX`: unknown).
     expected: usize,
+    path: String,
 }
 
 impl ToolFilter {
@@ -85,7 +86,15 @@ impl ToolFilter {
             time: SystemTime::now(),
             max_bytes,
             expected,
+            path: String::new(),
         }
+    }
+
+    /// The sub-path of the request that asked: a tool is listed when it
+    /// may be called there.
+    pub fn with_path(mut self, path: &str) -> ToolFilter {
+        self.path = path.to_string();
+        self
     }
 
     /// Whether this caller may (or may ask to) call `tool`.
@@ -100,6 +109,7 @@ impl ToolFilter {
             entities: &self.snapshot.entities,
             revision: self.snapshot.revision,
             http_method: &Method::POST,
+            path: &self.path,
             rpc_method: Some("tools/call"),
             tool: Some(tool),
             arguments: None,
