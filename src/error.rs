@@ -67,6 +67,16 @@ pub enum ProxyError {
     ParseError,
     #[error("invalid request: {0}")]
     InvalidRequest(&'static str),
+    /// A message upstreams could read otherwise than tessera did (names
+    /// equal ignoring letter case, a method in another letter case):
+    /// refused, since its original bytes are what would be forwarded.
+    #[error("invalid request: ambiguous message: {0}; send each member once, spelled exactly")]
+    Ambiguous(&'static str),
+    /// The 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) say other
+    /// than the body: an intermediary routing on them and the upstream
+    /// running the body would act on different calls.
+    #[error("invalid request: header mismatch: {0}")]
+    HeaderMismatch(&'static str),
     #[error("reading the request body failed")]
     RequestBody,
     #[error("request timeout: the request body did not arrive within {0} ms")]
@@ -167,7 +177,9 @@ impl ProxyError {
             HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
-            ParseError | InvalidRequest(_) | RequestBody => StatusCode::BAD_REQUEST,
+            ParseError | InvalidRequest(_) | Ambiguous(_) | HeaderMismatch(_) | RequestBody => {
+                StatusCode::BAD_REQUEST
+            }
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
             | UpstreamTls { .. }
@@ -186,8 +198,9 @@ impl ProxyError {
         use ProxyError::*;
         match self {
             ParseError => -32700,
-            InvalidRequest(_) | RequestBody | PayloadTooLarge(_) | MethodNotAllowed
-            | UriTooLong(_) | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
+            InvalidRequest(_) | Ambiguous(_) | HeaderMismatch(_) | RequestBody
+            | PayloadTooLarge(_) | MethodNotAllowed | UriTooLong(_) | HeadersTooLarge(..)
+            | RequestTimeout(_) => -32600,
             TooMany(..) => -32029,
             Unauthorized => -32001,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
@@ -225,6 +238,8 @@ impl ProxyError {
             PayloadTooLarge(_) => "too_large",
             ParseError => "parse",
             InvalidRequest(_) => "invalid",
+            Ambiguous(_) => "ambiguous",
+            HeaderMismatch(_) => "header_mismatch",
             RequestBody => "request_body",
             UriTooLong(_) => "uri_too_long",
             HeadersTooLarge(..) => "headers_too_large",

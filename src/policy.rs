@@ -33,8 +33,9 @@ pub const BUILTIN_SCHEMA: &str = include_str!("../policies/schema.cedarschema");
 pub const BUILTIN_DEFAULT: &str = include_str!("../policies/default.cedar");
 
 /// The actions the schema declares for JSON-RPC methods by name; any other
-/// method is `notification` (a `notifications/…` method) or `other`.
-const METHOD_ACTIONS: [&str; 19] = [
+/// method is `notification` (a `notifications/…` method) or `other`. Also
+/// the methods whose other spellings `jsonrpc::peek` refuses.
+pub const METHOD_ACTIONS: [&str; 19] = [
     "initialize",
     "ping",
     "server/discover",
