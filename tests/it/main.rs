@@ -9,6 +9,7 @@ mod config_file;
 mod console;
 mod crash;
 mod db_faults;
+mod differentials;
 mod egress;
 mod ext_authz;
 mod forwarding;
