@@ -230,6 +230,9 @@ when { context has arguments && context.arguments like "*\"path\":\"/etc/*" };"#
     assert_eq!(up.seen().len(), 1);
 }
 
+/// Extra request headers, by name and value.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 #[tokio::test]
 async fn routing_headers_must_say_what_the_body_says() {
     let up = Upstream::start().await;
@@ -239,7 +242,7 @@ async fn routing_headers_must_say_what_the_body_says() {
     let read = r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///notes.txt"}}"#;
     let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
     let batch = format!("[{list},{search}]");
-    let refused: [(&str, &str, &[(&str, &str)]); 8] = [
+    let refused: [(&str, &str, Headers); 8] = [
         (
             "Mcp-Name of a denied tool",
             &search,
@@ -298,7 +301,7 @@ async fn routing_headers_must_say_what_the_body_says() {
 
     // Agreeing headers pass, and reach the upstream.
     let b64 = "=?base64?ZmlsZTovLy9ub3Rlcy50eHQ=?=";
-    let agreeing: [(&str, &[(&str, &str)]); 4] = [
+    let agreeing: [(&str, Headers); 4] = [
         (
             &search,
             &[("mcp-method", "tools/call"), ("mcp-name", "search")],
