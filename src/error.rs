@@ -70,7 +70,7 @@ pub enum ProxyError {
     /// A message upstreams could read otherwise than tessera did (names
     /// equal ignoring letter case, a method in another letter case):
     /// refused, since its original bytes are what would be forwarded.
-    #[error("invalid request: ambiguous message: {0}; send each member once, spelled exactly")]
+    #[error("invalid request: ambiguous message: {0}; an upstream could read it otherwise than tessera would decide it, so it is not forwarded")]
     Ambiguous(&'static str),
     /// The 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) say other
     /// than the body: an intermediary routing on them and the upstream
