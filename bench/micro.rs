@@ -231,6 +231,16 @@ fn benches(c: &mut Criterion) {
     c.bench_function("audit arguments digest (SHA-256 as sent)", |b| {
         b.iter(|| tessera::audit::sha256_hex(black_box(m.arguments().unwrap().as_bytes())))
     });
+    // Part of every peek above: the arguments walked for names equal
+    // ignoring letter case (issue 23).
+    c.bench_function("arguments: member-name check (every tools/call)", |b| {
+        b.iter(|| tessera::canonical::check(black_box(m.arguments().unwrap())))
+    });
+    // What a policy set that reads `context.arguments` adds per decision.
+    c.bench_function(
+        "arguments: canonical JSON text (sets that read arguments)",
+        |b| b.iter(|| tessera::canonical::canonical(black_box(m.arguments().unwrap()))),
+    );
     c.bench_function(
         "approval key (canonical JSON + SHA-256; held calls only)",
         |b| b.iter(|| tessera::approvals::arguments_digest(black_box(m.arguments()))),

@@ -75,6 +75,16 @@ pub enum ProxyError {
     /// [`crate::forward::refuse_credential_query`]).
     #[error("invalid request: the query may not carry a credential (a parameter named access_token, token, api_key, key, secret, password, auth or the like); tessera injects the upstream's credential itself, and the caller's token goes in 'Authorization: Bearer <token>' (rule query_credential)")]
     QueryCredential,
+    /// A message upstreams could read otherwise than tessera did (names
+    /// equal ignoring letter case, a method in another letter case):
+    /// refused, since its original bytes are what would be forwarded.
+    #[error("invalid request: ambiguous message: {0}; an upstream could read it otherwise than tessera would decide it, so it is not forwarded")]
+    Ambiguous(&'static str),
+    /// The 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) say other
+    /// than the body: an intermediary routing on them and the upstream
+    /// running the body would act on different calls.
+    #[error("invalid request: header mismatch: {0}")]
+    HeaderMismatch(&'static str),
     #[error("reading the request body failed")]
     RequestBody,
     #[error("request timeout: the request body did not arrive within {0} ms")]
@@ -219,7 +229,8 @@ impl ProxyError {
             HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
-            ParseError | InvalidRequest(_) | SubPath(_) | QueryCredential | RequestBody => {
+            ParseError | InvalidRequest(_) | SubPath(_) | QueryCredential | Ambiguous(_)
+            | HeaderMismatch(_) | RequestBody => {
                 StatusCode::BAD_REQUEST
             }
             UpstreamUnreachable { .. }
@@ -240,8 +251,9 @@ impl ProxyError {
         use ProxyError::*;
         match self {
             ParseError => -32700,
-            InvalidRequest(_) | SubPath(_) | QueryCredential | RequestBody | PayloadTooLarge(_)
-            | MethodNotAllowed | UriTooLong(_) | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
+            InvalidRequest(_) | SubPath(_) | QueryCredential | Ambiguous(_) | HeaderMismatch(_)
+            | RequestBody | PayloadTooLarge(_) | MethodNotAllowed | UriTooLong(_)
+            | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
             TooMany(..) => -32029,
             Unauthorized => -32001,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
@@ -281,6 +293,8 @@ impl ProxyError {
             InvalidRequest(_) => "invalid",
             SubPath(rule) => rule.reason(),
             QueryCredential => "query_credential",
+            Ambiguous(_) => "ambiguous",
+            HeaderMismatch(_) => "header_mismatch",
             RequestBody => "request_body",
             UriTooLong(_) => "uri_too_long",
             HeadersTooLarge(..) => "headers_too_large",

@@ -38,6 +38,12 @@ pub fn jsonrpc(data: &[u8]) {
         if let Some(args) = m.arguments() {
             // The arguments are the text as sent, valid JSON on their own.
             assert!(serde_json::from_str::<serde::de::IgnoredAny>(args).is_ok());
+            // Arguments peek accepted have one canonical form, which reads
+            // as the same value and is its own canonical form.
+            let c = crate::canonical::canonical(args).expect("accepted arguments are canonical");
+            let value = |s: &str| serde_json::from_str::<serde_json::Value>(s).ok();
+            assert_eq!(value(&c), value(args));
+            assert_eq!(crate::canonical::canonical(&c).as_deref(), Ok(c.as_str()));
         }
     }
 }

@@ -10,7 +10,9 @@
 //!   one that frames its body twice);
 //! - [`authn`]: the caller's bearer token against the in-memory snapshot,
 //!   and the address checked as that caller's;
-//! - [`jsonrpc`]: a bounded peek at the POST body for method and tool;
+//! - [`jsonrpc`]: a bounded peek at the POST body for method and tool,
+//!   refusing messages upstreams could read otherwise ([`canonical`]:
+//!   folded names, the canonical arguments policies read);
 //! - [`authz`]: the `Authorizer` decision ([`policy`]: Cedar; [`ext_authz`]:
 //!   the external authorizer; [`approvals`]: calls held for a person);
 //! - [`forward`]: strip the caller's credentials, inject the stored one
@@ -41,6 +43,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod body;
+pub mod canonical;
 pub mod changes;
 pub mod config;
 pub mod console;

@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 37] = [
+pub const REASONS: [&str; 39] = [
     "method",
     "not_found",
     "origin",
@@ -47,6 +47,8 @@ pub const REASONS: [&str; 37] = [
     "too_large",
     "parse",
     "invalid",
+    "ambiguous",
+    "header_mismatch",
     "request_body",
     "uri_too_long",
     "headers_too_large",
@@ -366,6 +368,8 @@ mod tests {
             ProxyError::Held(String::new()),
             ProxyError::InvalidRequest(""),
             ProxyError::QueryCredential,
+            ProxyError::Ambiguous(""),
+            ProxyError::HeaderMismatch(""),
             ProxyError::UpstreamUnreachable {
                 credential: String::new(),
             },

@@ -33,8 +33,9 @@ pub const BUILTIN_SCHEMA: &str = include_str!("../policies/schema.cedarschema");
 pub const BUILTIN_DEFAULT: &str = include_str!("../policies/default.cedar");
 
 /// The actions the schema declares for JSON-RPC methods by name; any other
-/// method is `notification` (a `notifications/…` method) or `other`.
-const METHOD_ACTIONS: [&str; 19] = [
+/// method is `notification` (a `notifications/…` method) or `other`. Also
+/// the methods whose other spellings `jsonrpc::peek` refuses.
+pub const METHOD_ACTIONS: [&str; 19] = [
     "initialize",
     "ping",
     "server/discover",
@@ -129,6 +130,10 @@ struct ContextUse {
     http_method: bool,
     rpc_method: bool,
     tool: bool,
+    /// `context.tool_folded`, the tool name folded to lower case. Its
+    /// text names `tool` too, so `tool` is set with it and the decision
+    /// cache keys on the tool name, which it derives from.
+    tool_folded: bool,
     arguments: bool,
     protocol_version: bool,
     origin: bool,
@@ -146,6 +151,7 @@ impl ContextUse {
             u.http_method |= t.contains("http_method");
             u.rpc_method |= t.contains("rpc_method");
             u.tool |= t.contains("tool");
+            u.tool_folded |= t.contains("tool_folded");
             u.arguments |= t.contains("arguments");
             u.protocol_version |= t.contains("protocol_version");
             u.origin |= t.contains("origin");
@@ -753,7 +759,6 @@ fn context(req: &AuthzRequest<'_>, uses: ContextUse) -> Result<Context, String> 
         ),
         ("rpc_method", uses.rpc_method, req.rpc_method),
         ("tool", uses.tool, req.tool),
-        ("arguments", uses.arguments, req.arguments),
         (
             "protocol_version",
             uses.protocol_version,
@@ -766,6 +771,27 @@ fn context(req: &AuthzRequest<'_>, uses: ContextUse) -> Result<Context, String> 
         if let (true, Some(v)) = (used, v) {
             pairs.push((k.to_string(), string(v)));
         }
+    }
+    // A case-insensitive form of the tool name for policy authors
+    // (`context.tool_folded like "delete*"` catches `Delete_repo`): tool
+    // names themselves compare exactly, as the upstream sees them.
+    if let (true, Some(tool)) = (uses.tool_folded, req.tool) {
+        pairs.push((
+            "tool_folded".to_string(),
+            string(&crate::canonical::fold(tool)),
+        ));
+    }
+    // The arguments as the upstream decodes them, not as the caller
+    // escaped them: `\/etc\/passwd` and `\u002fetc` are `/etc/…` here, so
+    // a rule on `"*/etc/*"` sees what will run. Text that has no single
+    // reading (peek refuses it before this) fails the decision closed.
+    if let (true, Some(arguments)) = (uses.arguments, req.arguments) {
+        let canonical =
+            crate::canonical::canonical(arguments).map_err(|e| format!("the arguments: {e}"))?;
+        pairs.push((
+            "arguments".to_string(),
+            RestrictedExpression::new_string(canonical),
+        ));
     }
     if pairs.is_empty() {
         return Ok(Context::empty());

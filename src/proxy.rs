@@ -235,6 +235,9 @@ async fn proxy(
         .as_ref()
         .and_then(|p| p.id())
         .map(|id| CompactString::from(id.get()));
+    // The routing headers (2026-07-28) say what the body says, or the
+    // request goes no further: the upstream must not be told two calls.
+    crate::jsonrpc::check_routing_headers(&parts.headers, peeked.as_ref())?;
 
     // Authorize every message of the body (or the bare GET/DELETE) before
     // anything reaches the upstream; one refusal refuses the whole body.

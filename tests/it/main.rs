@@ -10,6 +10,7 @@ mod config_file;
 mod console;
 mod crash;
 mod db_faults;
+mod differentials;
 mod doors;
 mod egress;
 mod ext_authz;
