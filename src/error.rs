@@ -230,9 +230,7 @@ impl ProxyError {
             RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
             ParseError | InvalidRequest(_) | SubPath(_) | QueryCredential | Ambiguous(_)
-            | HeaderMismatch(_) | RequestBody => {
-                StatusCode::BAD_REQUEST
-            }
+            | HeaderMismatch(_) | RequestBody => StatusCode::BAD_REQUEST,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
             | UpstreamTls { .. }

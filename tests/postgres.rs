@@ -9,6 +9,8 @@
 mod admin_api;
 #[path = "it/approvals.rs"]
 mod approvals;
+#[path = "it/attack.rs"]
+mod attack;
 #[path = "it/audit.rs"]
 mod audit;
 #[path = "it/cli.rs"]
@@ -21,6 +23,10 @@ mod console;
 mod crash;
 #[path = "it/db_faults.rs"]
 mod db_faults;
+#[path = "it/differentials.rs"]
+mod differentials;
+#[path = "it/doors.rs"]
+mod doors;
 #[path = "it/egress.rs"]
 mod egress;
 #[path = "it/ext_authz.rs"]
