@@ -21,6 +21,9 @@ fi
 targets=(jsonrpc sse headers route raw_head redact)
 # All targets in one build (run would build them one by one).
 cargo fuzz build --sanitizer none -O >&2
+# The logs go in fuzz/target, which the build above does not make when
+# CARGO_TARGET_DIR points elsewhere.
+mkdir -p target
 for t in "${targets[@]}"; do
     mkdir -p "corpus/$t"
     # libFuzzer's last line: "Done N runs in S second(s)".
