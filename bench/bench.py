@@ -30,7 +30,8 @@ import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REL = os.path.join(ROOT, "target", "release")
+# Where cargo put the builds: CARGO_TARGET_DIR if set, as cargo reads it.
+REL = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release")
 TESSERA = os.path.join(REL, "tessera")
 # The benchmark's upstream runs on loopback: tessera refuses internal
 # upstreams unless allowed (binaries older than that ignore the variable).

@@ -30,7 +30,8 @@ done
 command -v valgrind >/dev/null || { echo "bench: needs valgrind" >&2; exit 1; }
 command -v oha >/dev/null || cargo install oha --locked --version 1.16.0 --quiet
 cargo build --release --quiet --bin tessera --example bench-upstream
-binary=${binary:-target/release/tessera}
+rel=${CARGO_TARGET_DIR:-target}/release
+binary=${binary:-$rel/tessera}
 
 work=$(mktemp -d /tmp/tessera-instructions-XXXX)
 pids=()
@@ -50,7 +51,7 @@ wait_port() {
 }
 
 up_port=$(free_port)
-target/release/examples/bench-upstream "127.0.0.1:$up_port" >/dev/null &
+"$rel/examples/bench-upstream" "127.0.0.1:$up_port" >/dev/null &
 pids+=($!)
 wait_port "$up_port"
 
