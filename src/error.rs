@@ -85,6 +85,16 @@ pub enum ProxyError {
     /// running the body would act on different calls.
     #[error("invalid request: header mismatch: {0}")]
     HeaderMismatch(&'static str),
+    /// `MCP-Protocol-Version` says another revision than the body's
+    /// `_meta` (2026-07-28): policies and the upstream would read
+    /// different revisions.
+    #[error("invalid request: the MCP-Protocol-Version header ({header}) is not the protocol version in the body's _meta ({meta})")]
+    VersionMismatch { header: String, meta: String },
+    /// An `Mcp-Session-Id` this caller did not open on this connection
+    /// (another caller's, a forged one, one from another connection):
+    /// answered as an unknown session is, whoever owns it.
+    #[error("session not found: this Mcp-Session-Id was not opened by this caller on this connection; start a new session (initialize)")]
+    SessionUnknown,
     #[error("reading the request body failed")]
     RequestBody,
     #[error("request timeout: the request body did not arrive within {0} ms")]
@@ -219,7 +229,7 @@ impl ProxyError {
         use ProxyError::*;
         match self {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            NotFound => StatusCode::NOT_FOUND,
+            NotFound | SessionUnknown => StatusCode::NOT_FOUND,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
             ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
             ApprovalUnavailable | AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -229,8 +239,14 @@ impl ProxyError {
             HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
-            ParseError | InvalidRequest(_) | SubPath(_) | QueryCredential | Ambiguous(_)
-            | HeaderMismatch(_) | RequestBody => StatusCode::BAD_REQUEST,
+            ParseError
+            | InvalidRequest(_)
+            | SubPath(_)
+            | QueryCredential
+            | Ambiguous(_)
+            | HeaderMismatch(_)
+            | VersionMismatch { .. }
+            | RequestBody => StatusCode::BAD_REQUEST,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
             | UpstreamTls { .. }
@@ -253,7 +269,10 @@ impl ProxyError {
             | RequestBody | PayloadTooLarge(_) | MethodNotAllowed | UriTooLong(_)
             | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
             TooMany(..) => -32029,
-            Unauthorized => -32001,
+            // The code the SDKs' servers use for an unknown session.
+            Unauthorized | SessionUnknown => -32001,
+            // 2026-07-28's code for a version header that is not `_meta`'s.
+            VersionMismatch { .. } => -32020,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
             Held(_) | ToolHeld { .. } => -32005,
             ApprovalUnavailable => -32012,
@@ -293,6 +312,8 @@ impl ProxyError {
             QueryCredential => "query_credential",
             Ambiguous(_) => "ambiguous",
             HeaderMismatch(_) => "header_mismatch",
+            VersionMismatch { .. } => "version_mismatch",
+            SessionUnknown => "session_unknown",
             RequestBody => "request_body",
             UriTooLong(_) => "uri_too_long",
             HeadersTooLarge(..) => "headers_too_large",
@@ -314,20 +335,26 @@ impl ProxyError {
     /// when it could be read (`null` otherwise), and the headers a client
     /// needs to act (`Allow`, tessera's own `WWW-Authenticate`). With the
     /// credential's `redactor`, the body is redacted like an upstream's.
+    /// `result_type`: the caller speaks a revision (2026-07-28 on) whose
+    /// results carry `resultType`, without which its SDK throws a result
+    /// away unread (see [`crate::jsonrpc::results_carry_type`]).
     pub fn into_response(
         self,
         id: Option<&RawValue>,
         redactor: Option<&crate::redact::Redactor>,
+        result_type: bool,
     ) -> Response<ProxyBody> {
         let body = match self {
-            ProxyError::ToolDenied { .. } | ProxyError::ToolHeld { .. } => serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "result": {
+            ProxyError::ToolDenied { .. } | ProxyError::ToolHeld { .. } => {
+                let mut result = serde_json::json!({
                     "content": [{ "type": "text", "text": self.to_string() }],
                     "isError": true,
-                },
-            }),
+                });
+                if result_type {
+                    result["resultType"] = "complete".into();
+                }
+                serde_json::json!({ "jsonrpc": "2.0", "id": id, "result": result })
+            }
             _ => serde_json::json!({
                 "jsonrpc": "2.0",
                 "id": id,
@@ -401,9 +428,9 @@ mod tests {
     #[test]
     fn response_carries_id_and_headers() {
         let id = RawValue::from_string("7".into()).unwrap();
-        let r = ProxyError::Unauthorized.into_response(Some(&id), None);
+        let r = ProxyError::Unauthorized.into_response(Some(&id), None, false);
         assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
-        let r = ProxyError::MethodNotAllowed.into_response(None, None);
+        let r = ProxyError::MethodNotAllowed.into_response(None, None, false);
         assert_eq!(r.headers()["allow"], "POST, GET, DELETE");
     }
 }

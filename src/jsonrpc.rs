@@ -435,7 +435,11 @@ pub fn check_routing_headers(
     };
     let method = one("mcp-method", "Mcp-Method appears more than once")?;
     let name = one("mcp-name", "Mcp-Name appears more than once")?;
-    if method.is_none() && name.is_none() {
+    check_version(headers, peek)?;
+    // `Mcp-Param-*` headers are rare; finding none is one pass over the
+    // (few) header names.
+    let params = headers.keys().any(|n| n.as_str().starts_with("mcp-param-"));
+    if method.is_none() && name.is_none() && !params {
         return Ok(());
     }
     let Some(Peek::One(m)) = peek else {
@@ -466,7 +470,91 @@ pub fn check_routing_headers(
             ));
         }
     }
+    if params {
+        check_param_headers(headers, m)?;
+    }
     Ok(())
+}
+
+/// `Mcp-Param-{Name}` headers mirror a tool's arguments (the name comes
+/// from an `x-mcp-header` mark in the tool's schema, which tessera does
+/// not keep: it is stateless per request). What can be checked without the
+/// schema is checked: such headers go only with a `tools/call`, each
+/// appears once, and each value (plain, or in the `=?base64?…?=` form)
+/// is the value of one of the call's top-level primitive arguments — so
+/// a header cannot steer an intermediary or upstream to a value the
+/// policies never saw. (Which argument it mirrors needs the schema; the
+/// server, which has it, must check that, as the revision requires.)
+fn check_param_headers(headers: &http::HeaderMap, m: &Message<'_>) -> Result<(), ProxyError> {
+    if m.method.as_deref() != Some("tools/call") {
+        return Err(ProxyError::HeaderMismatch(
+            "Mcp-Param-* headers go with a tools/call only",
+        ));
+    }
+    let arguments: serde_json::Map<String, serde_json::Value> = m
+        .arguments()
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or_default();
+    let mirrored = |value: &[u8]| {
+        arguments.values().any(|a| match a {
+            serde_json::Value::String(s) => header_says(value, s),
+            serde_json::Value::Bool(b) => value == if *b { &b"true"[..] } else { b"false" },
+            serde_json::Value::Number(n) => {
+                let text = n.to_string();
+                value == text.as_bytes()
+                    || std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(|v| Some(v) == n.as_f64())
+            }
+            _ => false,
+        })
+    };
+    for name in headers.keys() {
+        if !name.as_str().starts_with("mcp-param-") {
+            continue;
+        }
+        let mut all = headers.get_all(name).iter();
+        let (Some(v), None) = (all.next(), all.next()) else {
+            return Err(ProxyError::HeaderMismatch(
+                "an Mcp-Param-* header appears more than once",
+            ));
+        };
+        if !mirrored(v.as_bytes()) {
+            return Err(ProxyError::HeaderMismatch(
+                "an Mcp-Param-* header holds a value that is not among the call's arguments",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `MCP-Protocol-Version` and the body's `_meta` protocol version
+/// (2026-07-28) must agree where both are given: policies see one
+/// revision, and an upstream that reads the other would act on a request
+/// decided under rules it does not follow. Refused as the revision says
+/// a server refuses it (400, -32020).
+fn check_version(headers: &http::HeaderMap, peek: Option<&Peek<'_>>) -> Result<(), ProxyError> {
+    let Some(header) = headers.get("mcp-protocol-version") else {
+        return Ok(());
+    };
+    for m in peek.map(Peek::messages).unwrap_or_default() {
+        if let Some(meta) = m.protocol_version() {
+            if meta.as_bytes() != header.as_bytes() {
+                return Err(ProxyError::VersionMismatch {
+                    header: String::from_utf8_lossy(header.as_bytes()).into_owned(),
+                    meta: meta.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether results carry `resultType` in revision `version` (2026-07-28
+/// and later; revisions are dates, so their text orders them).
+pub fn results_carry_type(version: &str) -> bool {
+    version.len() == 10 && version >= "2026-07-28"
 }
 
 /// Whether a routing header's value is `s`: as is, or in the revision's

@@ -74,6 +74,7 @@ pub mod redact;
 pub mod route;
 pub mod secrets;
 pub mod server;
+pub mod session;
 pub mod snapshot;
 pub mod store;
 pub mod tool_list;

@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 39] = [
+pub const REASONS: [&str; 41] = [
     "method",
     "not_found",
     "origin",
@@ -49,6 +49,8 @@ pub const REASONS: [&str; 39] = [
     "invalid",
     "ambiguous",
     "header_mismatch",
+    "version_mismatch",
+    "session_unknown",
     "request_body",
     "uri_too_long",
     "headers_too_large",

@@ -48,6 +48,8 @@ struct Access {
     connection_id: Option<String>,
     /// Each authorization decision made, for the audit trail.
     decisions: Vec<Decided>,
+    /// The caller speaks a revision whose results carry `resultType`.
+    result_type: bool,
 }
 
 /// One decision, kept until the response status is known.
@@ -94,7 +96,7 @@ pub async fn handle(
                     .get(c)
                     .map(|c| c.upstream.redactor())
             });
-            e.into_response(id.as_deref(), redactor.as_deref())
+            e.into_response(id.as_deref(), redactor.as_deref(), access.result_type)
         }
     };
     tracing::info!(
@@ -165,7 +167,7 @@ async fn proxy(
     peer: std::net::IpAddr,
     access: &mut Access,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let limits = &state.config.limits;
 
     // The request's shape before anything else: no lookup is spent on an
@@ -216,6 +218,14 @@ async fn proxy(
     access.connection = Some(r.connection_id.chars().take(8).collect());
     access.connection_id = Some(r.connection_id.to_string());
     let upstream = conn.upstream.clone();
+    // A session goes on only for the caller and connection that opened it
+    // (`crate::session`): anyone else's session id is unknown here.
+    let owner = crate::session::Owner {
+        caller_id: caller.id,
+        caller: &caller.name,
+        connection: r.connection_id,
+    };
+    crate::session::for_upstream(state.master_key(), owner, &mut parts.headers)?;
 
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
     // read it once, inspect it, forward that same buffer.
@@ -235,6 +245,13 @@ async fn proxy(
         .as_ref()
         .and_then(|p| p.id())
         .map(|id| CompactString::from(id.get()));
+    let version_header = parts
+        .headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok());
+    access.result_type = version_header
+        .or_else(|| peeked.as_ref()?.messages().first()?.protocol_version())
+        .is_some_and(crate::jsonrpc::results_carry_type);
     // The routing headers (2026-07-28) say what the body says, or the
     // request goes no further: the upstream must not be told two calls.
     crate::jsonrpc::check_routing_headers(&parts.headers, peeked.as_ref())?;
@@ -242,7 +259,6 @@ async fn proxy(
     // Authorize every message of the body (or the bare GET/DELETE) before
     // anything reaches the upstream; one refusal refuses the whole body.
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let version_header = header("mcp-protocol-version");
     let mut ask = AuthzRequest {
         caller: &caller,
         connection_id: r.connection_id,
@@ -384,6 +400,14 @@ async fn proxy(
         keep_locations_within_upstream(&mut parts.headers, &upstream.url, |h| {
             host_is_tessera(h, |name| state.is_own_host(name), listen)
         });
+    }
+    if let Some(connection) = access.connection_id.as_deref() {
+        let owner = crate::session::Owner {
+            caller_id: caller.id,
+            caller: &caller.name,
+            connection,
+        };
+        crate::session::for_caller(state.master_key(), owner, &mut parts.headers);
     }
     let event_stream = parts
         .headers

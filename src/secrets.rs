@@ -47,6 +47,9 @@ pub enum SealError {
 struct Key {
     id: [u8; ID_LEN],
     cipher: Aes256Gcm,
+    /// A key for MACs, derived from this one (never the sealing key
+    /// itself: one key, one use).
+    mac: [u8; 32],
 }
 
 /// The short id of a key: the first bytes of its SHA-256, shown in hex.
@@ -80,6 +83,7 @@ fn parse_keys(text: &str) -> Result<Vec<Key>, SealError> {
             Ok(Key {
                 id: key_id(&key),
                 cipher: Aes256Gcm::new(&key.into()),
+                mac: mac_key(&key),
             })
         })
         .collect::<Result<_, _>>()?;
@@ -92,6 +96,13 @@ fn parse_keys(text: &str) -> Result<Vec<Key>, SealError> {
 fn key_id(key: &[u8; 32]) -> KeyId {
     let d = Sha256::digest(key);
     [d[0], d[1], d[2], d[3]]
+}
+
+fn mac_key(key: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tessera mac key v1\0");
+    h.update(key);
+    h.finalize().into()
 }
 
 /// A key id in hex, as `key status` shows it.
@@ -195,6 +206,23 @@ impl MasterKey {
         out
     }
 
+    /// A MAC of `parts` (each length-prefixed, so no two lists of parts
+    /// share a message) under the current key, truncated to 128 bits.
+    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 16] {
+        mac_with(&self.keys.load()[0].mac, parts)
+    }
+
+    /// Whether `tag` is the MAC of `parts` under any key of the ring (a
+    /// tag made before a rotation stays good while its key is in the
+    /// ring). Compared in constant time.
+    pub fn mac_matches(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.keys
+            .load()
+            .iter()
+            .any(|k| bool::from(mac_with(&k.mac, parts).ct_eq(tag)))
+    }
+
     /// Open a blob sealed for the row named by `aad`, with whichever key of
     /// the ring sealed it.
     pub fn open(&self, aad: &str, sealed: &[u8]) -> Result<SecretString, SealError> {
@@ -223,6 +251,19 @@ impl MasterKey {
         let s = String::from_utf8(pt).map_err(|_| SealError::Open)?;
         Ok(SecretString::from(s))
     }
+}
+
+fn mac_with(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 16] {
+    use hmac::{Hmac, Mac};
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
+    for p in parts {
+        m.update(&(p.len() as u64).to_be_bytes());
+        m.update(p);
+    }
+    let full = m.finalize().into_bytes();
+    let mut tag = [0u8; 16];
+    tag.copy_from_slice(&full[..16]);
+    tag
 }
 
 /// The id of the key that sealed a blob (None: sealed before key ids).

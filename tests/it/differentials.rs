@@ -325,6 +325,118 @@ async fn routing_headers_must_say_what_the_body_says() {
     assert_eq!(seen[0].headers["mcp-name"], "search");
 }
 
+/// tessera's own answers are valid for the caller's revision: a refused
+/// or held `tools/call` from a 2026-07-28 caller (by its header or its
+/// `_meta`) is a result with `resultType`, which its SDK requires; older
+/// revisions get none.
+#[tokio::test]
+async fn refusals_and_holds_carry_result_type_for_the_stateless_revision() {
+    let up = Upstream::start().await;
+    let ask = r#"@id("ask-writes") @ask
+permit (principal, action == Action::"tools/call", resource)
+when { context has tool && context.tool == "write_file" };"#;
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies(&[ask])).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let modern = |tool: &str| {
+        serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+            "params":{"name":tool,"arguments":{},
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}})
+        .to_string()
+    };
+    for tool in ["Delete_repo", "write_file"] {
+        for headers in [&[("mcp-protocol-version", "2026-07-28")][..], &[]] {
+            let (s, v) = post_with(&a, &modern(tool), headers).await;
+            assert_eq!(s, 200, "{v}");
+            assert_eq!(v["result"]["isError"], true, "{v}");
+            assert_eq!(
+                v["result"]["resultType"], "complete",
+                "{tool} {headers:?}: {v}"
+            );
+        }
+        let (s, v) = post_with(
+            &a,
+            &tools_call(1, tool),
+            &[("mcp-protocol-version", "2025-11-25")],
+        )
+        .await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["result"]["isError"], true, "{v}");
+        assert!(v["result"].get("resultType").is_none(), "{v}");
+    }
+    assert!(up.seen().is_empty());
+}
+
+/// `Mcp-Param-*` headers mirror a tools/call's arguments; one that says
+/// another value than the body (a region, a tenant an intermediary would
+/// route on) is refused, and so is `MCP-Protocol-Version` naming another
+/// revision than the body's `_meta` (-32020, as the revision says).
+#[tokio::test]
+async fn param_and_version_headers_must_say_what_the_body_says() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies(&[])).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let call = serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":"search","arguments":{"region":"us-west1","q":" padded ","n":42,"deep":true},
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}})
+    .to_string();
+    let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
+    let refused: [(&str, &str, Headers); 5] = [
+        (
+            "a region the body does not name",
+            &call,
+            &[("mcp-param-region", "eu-west4")],
+        ),
+        (
+            "a number the body does not hold",
+            &call,
+            &[("mcp-param-n", "43")],
+        ),
+        (
+            "a base64 value the body does not hold",
+            &call,
+            &[("mcp-param-q", "=?base64?cGFkZGVk?=")],
+        ),
+        (
+            "the header twice",
+            &call,
+            &[
+                ("mcp-param-region", "us-west1"),
+                ("mcp-param-region", "us-west1"),
+            ],
+        ),
+        (
+            "on a method that is not tools/call",
+            list,
+            &[("mcp-param-region", "us-west1")],
+        ),
+    ];
+    for (what, body, headers) in refused {
+        let (s, v) = post_with(&a, body, headers).await;
+        assert_refused(s, &v, "Mcp-Param", what);
+    }
+    let (s, v) = post_with(&a, &call, &[("mcp-protocol-version", "2025-11-25")]).await;
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["code"], -32020, "{v}");
+    assert!(up.seen().is_empty(), "a mismatched request was forwarded");
+
+    let agreeing: [Headers; 4] = [
+        &[("mcp-param-region", "us-west1"), ("mcp-param-n", "42")],
+        &[
+            ("mcp-param-q", "=?base64?IHBhZGRlZCA=?="),
+            ("mcp-param-deep", "true"),
+        ],
+        &[("mcp-protocol-version", "2026-07-28")],
+        &[],
+    ];
+    for headers in agreeing {
+        let (s, v) = post_with(&a, &call, headers).await;
+        assert_eq!(s, 200, "{headers:?}: {v}");
+    }
+    let seen = up.seen();
+    assert_eq!(seen.len(), agreeing.len());
+    assert_eq!(seen[0].headers["mcp-param-region"], "us-west1");
+}
+
 /// The Go upstream, built from tests/it/go/upstream.go; `None` without a
 /// Go toolchain (the Rust upstream tests above prove the refusals; this
 /// one shows they are the differential a real Go decoder has).

@@ -191,11 +191,12 @@ async fn callers_cannot_vouch_for_themselves_or_bring_their_own_credentials() {
     for forwarded in [false, true] {
         let p = Proxy::start_with(Proxy::dir(), |c| c.forwarded = forwarded).await;
         let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+        let session = a.session().await;
         let before = up.seen().len();
         let mut req = client()
             .post(&a.url)
             .bearer_auth(&a.token)
-            .header("mcp-session-id", "sess-1")
+            .header("mcp-session-id", &session)
             .header("x-request-id", "r-1")
             .body(PING);
         for (n, v) in forged {
@@ -514,4 +515,86 @@ fn the_forwarded_setting_is_read_from_env_and_checked() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+}
+
+/// A session belongs to the caller and connection that opened it: with
+/// one injected credential the upstream cannot tell callers apart, so
+/// another caller's session id (or the upstream's bare one, or one opened
+/// on another connection) is answered 404 and never reaches the upstream,
+/// on POST, GET and DELETE alike.
+#[tokio::test]
+async fn a_session_belongs_to_the_caller_and_connection_that_opened_it() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "alice").await;
+    let b = p.agent("gh", &up.url("/mcp"), "bob").await;
+    // Alice's second connection to the same credential.
+    let o = p.cli(&[
+        "connection",
+        "add",
+        "--caller",
+        "alice",
+        "--credential",
+        "gh",
+        "--public-url",
+        &p.base(),
+    ]);
+    let a2 = Agent {
+        token: a.token.clone(),
+        url: String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim()
+            .to_string(),
+    };
+    p.synced().await;
+    let b_session = b.session().await;
+    let a_session = a.session().await;
+    assert_ne!(
+        a_session, b_session,
+        "bound to the caller, not only the upstream's id"
+    );
+
+    let send = |agent: &Agent, method: http::Method, session: &str| {
+        let mut req = client()
+            .request(method.clone(), &agent.url)
+            .bearer_auth(&agent.token)
+            .header("mcp-session-id", session);
+        if method == http::Method::POST {
+            req = req.body(PING);
+        }
+        req.send()
+    };
+    let before = up.seen().len();
+    for method in [http::Method::POST, http::Method::GET, http::Method::DELETE] {
+        for (who, session) in [
+            (&a, b_session.as_str()),
+            (&a2, a_session.as_str()),
+            (&a, "sess-1"),
+            (&a, &format!("sess-1.{}", &b_session[7..])),
+        ] {
+            let r = send(who, method.clone(), session).await.unwrap();
+            assert_eq!(r.status(), 404, "{method} with {session}");
+            let v: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(v["error"]["code"], -32001, "{v}");
+        }
+    }
+    assert_eq!(
+        up.seen().len(),
+        before,
+        "a foreign session reached the upstream"
+    );
+
+    // Each caller goes on with its own, as the upstream knows it.
+    for (who, session) in [(&a, &a_session), (&b, &b_session)] {
+        let r = send(who, http::Method::POST, session).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["mcp-session-id"], session.as_str());
+    }
+    let seen = up.seen();
+    assert_eq!(seen.len(), before + 2);
+    for s in &seen[before..] {
+        assert_eq!(s.headers["mcp-session-id"], "sess-1");
+    }
 }

@@ -8,7 +8,10 @@ async fn forwards_with_the_stored_credential_and_never_the_callers() {
     let dir = Proxy::dir();
     let p = Proxy::start(dir).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
-    let body = tools_call(7, "search");
+    let session = a.session().await;
+    let body = serde_json::json!({"jsonrpc":"2.0","id":7,"method":"tools/call",
+        "params":{"name":"search","arguments":{"owner":"octo"}}})
+    .to_string();
     let r = client()
         .post(format!("{}/sub/path?x=1", a.url))
         .bearer_auth(&a.token)
@@ -16,7 +19,7 @@ async fn forwards_with_the_stored_credential_and_never_the_callers() {
         .header("content-type", "application/json")
         .header("cookie", "caller=1")
         .header("proxy-authorization", "Basic eA==")
-        .header("mcp-session-id", "sess-1")
+        .header("mcp-session-id", &session)
         .header("mcp-protocol-version", "2025-11-25")
         .header("mcp-method", "tools/call")
         .header("mcp-name", "search")
@@ -27,17 +30,18 @@ async fn forwards_with_the_stored_credential_and_never_the_callers() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    // Filtered on the way back; the session id passes.
+    // Filtered on the way back; the session id passes, bound to the
+    // caller (`tessera::session`).
     assert!(r.headers().get("set-cookie").is_none());
     assert!(r.headers().get("www-authenticate").is_none());
-    assert_eq!(r.headers()["mcp-session-id"], "sess-1");
+    assert_eq!(r.headers()["mcp-session-id"], session.as_str());
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["result"]["echo"], "tools/call");
     assert_eq!(v["id"], 7);
 
     let seen = up.seen();
-    assert_eq!(seen.len(), 1);
-    let s = &seen[0];
+    assert_eq!(seen.len(), 2);
+    let s = &seen[1];
     assert_eq!(s.path, "/mcp/sub/path?x=1");
     assert_eq!(s.body, body.as_bytes(), "body forwarded byte for byte");
     let auth: Vec<_> = s.headers.get_all("authorization").iter().collect();
@@ -157,10 +161,11 @@ async fn get_and_delete_are_forwarded() {
     let up = Upstream::start().await;
     let p = Proxy::start(Proxy::dir()).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let session = a.session().await;
     let r = client()
         .delete(&a.url)
         .bearer_auth(&a.token)
-        .header("mcp-session-id", "s")
+        .header("mcp-session-id", &session)
         .send()
         .await
         .unwrap();
@@ -173,7 +178,11 @@ async fn get_and_delete_are_forwarded() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let methods: Vec<_> = up.seen().iter().map(|s| s.method.clone()).collect();
-    assert_eq!(methods, [http::Method::DELETE, http::Method::GET]);
+    assert_eq!(
+        methods,
+        [http::Method::POST, http::Method::DELETE, http::Method::GET]
+    );
+    assert_eq!(up.seen()[1].headers["mcp-session-id"], "sess-1");
 }
 
 #[tokio::test]

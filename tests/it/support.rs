@@ -683,6 +683,25 @@ pub struct Agent {
     pub url: String,
 }
 
+impl Agent {
+    /// A session opened through tessera: the `Mcp-Session-Id` the
+    /// upstream answered (`sess-1` by [`Upstream`]'s default route) as
+    /// tessera binds it to this caller and connection.
+    pub async fn session(&self) -> String {
+        let r = client()
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        assert!(id.starts_with("sess-1."), "{id}");
+        id
+    }
+}
+
 impl Proxy {
     /// A data dir with nothing in it yet, not serving.
     pub fn dir() -> DataDir {
