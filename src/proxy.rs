@@ -179,7 +179,10 @@ async fn proxy(
     // read otherwise than tessera (`route::normalize_sub_path`), and a
     // query that carries a credential: alike for every address, so
     // neither tells an unauthenticated caller whether an address exists.
-    let r = route(&parts.method, parts.uri.path())?;
+    // Routed on a copy of the target (reference-counted, not copied), so
+    // the route outlives the request's parts moving on to the upstream.
+    let target = parts.uri.clone();
+    let r = route(&parts.method, target.path())?;
     crate::forward::refuse_credential_query(parts.uri.query())?;
 
     // Origin and Host before authentication: a DNS-rebound browser request
@@ -296,26 +299,18 @@ async fn proxy(
         let v = verdict(state, &ask).await;
         access.decisions.push(Decided::new(state, &ask, v));
     }
-    // A tools/list answer is filtered to the tools this caller may call;
-    // so is a GET stream resumed with Last-Event-ID, which may replay one.
+    // A tools/list answer is filtered to the tools this caller may call,
+    // and so is every event of every SSE answer (below): a list can travel
+    // on another request's stream.
     let lists = messages
         .iter()
-        .filter(|m| m.method.as_deref() == Some("tools/list"))
-        .count();
-    let resumed = parts.method == http::Method::GET && parts.headers.contains_key("last-event-id");
-    let tool_filter = (lists > 0 || resumed).then(|| {
-        ToolFilter::new(
-            state.authorizer.clone(),
-            state.snapshot.load_full(),
-            caller.clone(),
-            r.connection_id,
-            version_header,
-            ask.origin,
-            state.config.tools_list_max_bytes,
-            if resumed { usize::MAX } else { lists },
-        )
-        .with_path(&r.sub_path)
-    });
+        .any(|m| m.method.as_deref() == Some("tools/list"));
+    // What a filter built after the answer's head needs of the request
+    // (reference-counted copies).
+    let (list_version, list_origin) = (
+        parts.headers.get("mcp-protocol-version").cloned(),
+        parts.headers.get("origin").cloned(),
+    );
     drop(peeked);
     drop(snap);
     // A request whose decisions the audit trail cannot keep is not
@@ -409,10 +404,13 @@ async fn proxy(
         };
         crate::session::for_caller(state.master_key(), owner, &mut parts.headers);
     }
-    let event_stream = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    // Read as a client would (media types ignore letter case), so no
+    // spelling of it streams past the filter below.
+    let event_stream = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes().trim_ascii_start();
+        v.get(..17)
+            .is_some_and(|t| t.eq_ignore_ascii_case(b"text/event-stream"))
+    });
     // The caller's request counts as in flight until this body ends.
     let body = Metered::new(
         redactor
@@ -423,6 +421,25 @@ async fn proxy(
         admitted,
         &state.draining,
     );
+    // Any SSE answer (a POST's or the GET stream) is filtered event by
+    // event: the SDKs route a result by its JSON-RPC id, whichever stream
+    // it arrives on, so a tools/list result on a ping's stream or the GET
+    // stream reaches the caller as the list (`crate::tool_list`).
+    let tool_filter = (lists || event_stream).then(|| {
+        fn text(v: &Option<http::HeaderValue>) -> Option<&str> {
+            v.as_ref().and_then(|v| v.to_str().ok())
+        }
+        ToolFilter::new(
+            state.authorizer.clone(),
+            state.snapshot.load_full(),
+            caller.clone(),
+            r.connection_id,
+            text(&list_version),
+            text(&list_origin),
+            state.config.tools_list_max_bytes,
+        )
+        .with_path(&r.sub_path)
+    });
     let body = match tool_filter {
         None => body.boxed(),
         Some(f) => {

@@ -7,13 +7,24 @@
 //! grant it). The external authorizer is not asked per listed tool: it
 //! still decides each call.
 //!
-//! Only answers to a `tools/list` request are parsed (and a GET stream
-//! resumed with `Last-Event-ID`, which may replay one); every other
-//! response streams through untouched. A JSON answer is read whole, up to
-//! a configured size; an SSE answer is rewritten event by event, holding at
-//! most one event of that size, and passes through untouched once the
-//! expected answers went by. Anything that would have to be passed on
-//! unfiltered (too large, unreadable, compressed) is refused instead.
+//! Which answers are read:
+//! - the JSON answer to a POST that holds a `tools/list` request, read
+//!   whole up to a configured size;
+//! - every SSE answer, a POST's or the GET stream, event by event (holding
+//!   at most one event of that size): the SDKs route a result by its
+//!   JSON-RPC id whatever stream carries it, so a `tools/list` result that
+//!   an upstream sends on a ping's stream or the GET stream is a list the
+//!   caller reads. Any result with a `tools` array is filtered, wherever
+//!   it travels: no per-session record of request ids is needed, which
+//!   keeps replicas stateless and misses nothing a record would catch.
+//!
+//! Other JSON answers (one POST's answer to its own requests) stream
+//! through unread. Anything that would have to be passed on unfiltered
+//! (too large, not JSON, bad UTF-8, a lone surrogate, nesting too deep, a
+//! byte-order mark, compressed) is refused instead: a JSON answer with a
+//! 502, an SSE stream by breaking it before that event, so the client
+//! never dispatches it (an SSE event counts only once its blank line
+//! arrives).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -59,8 +70,6 @@ pub struct ToolFilter {
     origin: Option<String>,
     time: SystemTime,
     max_bytes: usize,
-    /// `tools/list` answers still expected (`usize::MAX`: unknown).
-    expected: usize,
     path: String,
 }
 
@@ -74,7 +83,6 @@ impl ToolFilter {
         protocol_version: Option<&str>,
         origin: Option<&str>,
         max_bytes: usize,
-        expected: usize,
     ) -> ToolFilter {
         ToolFilter {
             authorizer,
@@ -85,7 +93,6 @@ impl ToolFilter {
             origin: origin.map(str::to_string),
             time: SystemTime::now(),
             max_bytes,
-            expected,
             path: String::new(),
         }
     }
@@ -148,11 +155,9 @@ impl ToolFilter {
     /// Rewrite one JSON text. `Ok(None)`: it lists no tools, pass it as is.
     fn rewrite(&mut self, json: &[u8]) -> Result<Option<Vec<u8>>, ListError> {
         let mut v: Value = serde_json::from_slice(json).map_err(|_| ListError::Unreadable)?;
-        let seen = self.filter_value(&mut v);
-        if seen == 0 {
+        if self.filter_value(&mut v) == 0 {
             return Ok(None);
         }
-        self.expected = self.expected.saturating_sub(seen);
         Ok(Some(
             serde_json::to_vec(&v).expect("a JSON value serializes"),
         ))
@@ -266,11 +271,22 @@ fn event_end(b: &[u8]) -> Option<usize> {
 
 /// Rewrite one event: its data lines, joined, are one JSON text; a
 /// rewritten one becomes a single `data:` line where the first was.
+/// `Ok(None)`: pass it as it is. An event that could hold a `tools`
+/// member but cannot be read is an error: the stream ends before it.
 fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, ListError> {
-    let text = match std::str::from_utf8(event) {
-        Ok(t) => t,
-        Err(_) => return Ok(None),
-    };
+    // A member named `tools` is spelled so in the bytes, or with an
+    // escape (`tool\u0073`); an event with neither cannot list tools, and
+    // is passed unparsed (most progress and log events).
+    if memchr::memmem::find(event, b"tools").is_none() && memchr::memchr(b'\\', event).is_none() {
+        return Ok(None);
+    }
+    // Bad UTF-8 would reach a client as U+FFFD: not something tessera read.
+    let text = std::str::from_utf8(event).map_err(|_| ListError::Unreadable)?;
+    // A byte-order mark hides the first field from this reading, not from
+    // a client's (which drops one at the start of a stream).
+    if text.starts_with('\u{feff}') {
+        return Err(ListError::Unreadable);
+    }
     let lines: Vec<&str> = text
         .split('\n')
         .flat_map(|l| l.split('\r'))
@@ -285,16 +301,13 @@ fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, Li
             None => None,
         })
         .collect();
-    if data.is_empty() {
+    if data.iter().all(|d| d.trim().is_empty()) {
+        // No data (a comment, a priming event with an empty `data`): the
+        // client dispatches nothing it could read as a list.
         return Ok(None);
     }
     let json = data.join("\n");
-    // An event whose data is not JSON is not a JSON-RPC message: pass it.
-    let Some(new) = f.rewrite(json.as_bytes()).or_else(|e| match e {
-        ListError::Unreadable => Ok(None),
-        e => Err(e),
-    })?
-    else {
+    let Some(new) = f.rewrite(json.as_bytes())? else {
         return Ok(None);
     };
     let mut out = Vec::with_capacity(event.len());
@@ -330,20 +343,14 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         loop {
-            // Every expected answer went by: the rest streams untouched.
-            if this.filter.expected == 0 && !this.buf.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))));
-            }
-            if this.filter.expected > 0 {
-                if let Some(end) = event_end(&this.buf) {
-                    let event = this.buf.split_to(end).freeze();
-                    let out = match rewrite_event(&event, &mut this.filter) {
-                        Ok(Some(v)) => Bytes::from(v),
-                        Ok(None) => event,
-                        Err(e) => return Poll::Ready(Some(Err(e.into()))),
-                    };
-                    return Poll::Ready(Some(Ok(Frame::data(out))));
-                }
+            if let Some(end) = event_end(&this.buf) {
+                let event = this.buf.split_to(end).freeze();
+                let out = match rewrite_event(&event, &mut this.filter) {
+                    Ok(Some(v)) => Bytes::from(v),
+                    Ok(None) => event,
+                    Err(e) => return Poll::Ready(Some(Err(e.into()))),
+                };
+                return Poll::Ready(Some(Ok(Frame::data(out))));
             }
             if this.done {
                 if this.buf.is_empty() {
@@ -363,9 +370,6 @@ where
                 None => this.done = true,
                 Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if this.filter.expected == 0 && this.buf.is_empty() => {
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
                     Ok(data) => {
                         if this.buf.len() + data.len() > this.filter.max_bytes {
                             let max = this.filter.max_bytes;
@@ -416,7 +420,6 @@ pub fn fuzz_events(data: &[u8]) {
         None,
         None,
         1 << 20,
-        usize::MAX,
     );
     let mut rest = data;
     while let Some(end) = event_end(rest) {

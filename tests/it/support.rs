@@ -79,7 +79,7 @@ type UpBody = BoxBody<Bytes, Infallible>;
 /// The tools the upstream lists.
 pub const TOOLS: [&str; 4] = ["search", "delete_repo", "drop_table", "read_file"];
 
-fn tools_result(id: &serde_json::Value) -> serde_json::Value {
+pub fn tools_result(id: &serde_json::Value) -> serde_json::Value {
     let tools: Vec<_> = TOOLS
         .iter()
         .map(|n| serde_json::json!({"name": n, "inputSchema": {"type": "object"}}))
@@ -251,6 +251,19 @@ async fn answer(
                 .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
                     pieces,
                 ))))
+        }
+        // An SSE answer (to any method) of exactly the bytes the query's
+        // `events` holds (base64url), in one frame.
+        "/sse-raw" => {
+            use base64::Engine;
+            let q = parts.uri.query().unwrap_or("");
+            let events = q.strip_prefix("events=").unwrap_or("");
+            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(events)
+                .unwrap_or_default();
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Full::new(Bytes::from(bytes)).boxed())
         }
         // A form that cannot be sent where asked (not a header name, say).
         "/reflect" => reflect(&parts, &body).or_else(|_| {

@@ -169,3 +169,135 @@ async fn an_answer_too_large_to_filter_is_refused() {
     assert!(failed, "the stream ended cleanly");
     assert!(!String::from_utf8_lossy(&got).contains("delete_repo"));
 }
+
+/// An SSE answer to `method` at `a`'s connection (on `/sse-raw`) made of
+/// exactly `events`; the bytes the caller got before the stream ended,
+/// and whether it ended cleanly.
+async fn sse_raw(a: &Agent, method: http::Method, events: &str) -> (Vec<u8>, bool) {
+    sse_raw_bytes(a, method, events.as_bytes()).await
+}
+
+async fn sse_raw_bytes(a: &Agent, method: http::Method, events: &[u8]) -> (Vec<u8>, bool) {
+    use base64::Engine;
+    let q = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(events);
+    let mut req = client()
+        .request(method.clone(), format!("{}?events={q}", a.url))
+        .bearer_auth(&a.token)
+        .header("accept", "application/json, text/event-stream");
+    if method == http::Method::POST {
+        req = req.body(r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#);
+    }
+    // The stream may end before its head went out (hyper sends the head
+    // with the first frame): nothing at all arrived then.
+    let Ok(mut r) = req.send().await else {
+        return (Vec::new(), false);
+    };
+    assert_eq!(r.status(), 200);
+    let mut got = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(c)) => got.extend_from_slice(&c),
+            Ok(None) => return (got, true),
+            Err(_) => return (got, false),
+        }
+    }
+}
+
+/// The SDKs route a result by its id, whatever stream carries it: a
+/// `tools/list` result on a ping's SSE answer or on the GET stream is read
+/// as the list. Every SSE answer is filtered, wherever the list travels.
+#[tokio::test]
+async fn a_tools_list_result_is_filtered_on_whatever_stream_carries_it() {
+    let up = Upstream::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
+    let a = p.agent("gh", &up.url("/sse-raw"), "agent").await;
+    let list = tools_result(&"l1".into()).to_string();
+    // Also spelled with an escape in the member's name.
+    let escaped = list.replacen("\"tools\"", "\"tool\\u0073\"", 1);
+    for method in [http::Method::POST, http::Method::GET] {
+        for result in [&list, &escaped] {
+            let events = format!("id: 1\ndata:\n\nevent: message\ndata: {result}\n\n");
+            let (got, clean) = sse_raw(&a, method.clone(), &events).await;
+            assert!(clean);
+            let text = String::from_utf8(got).unwrap();
+            assert!(!text.contains("delete_repo"), "{method}: {text}");
+            let data = text
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap_or_else(|| panic!("{text}"));
+            let v: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert_eq!(v["id"], "l1");
+            assert_eq!(names(&v["result"]), ["search", "read_file"], "{method}");
+        }
+    }
+}
+
+/// An SSE event tessera cannot read to filter is never passed on: the
+/// stream ends before it (the client dispatches no unfinished event).
+/// Events that cannot hold a list pass as they came.
+#[tokio::test]
+async fn an_sse_event_that_cannot_be_filtered_ends_the_stream() {
+    let up = Upstream::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
+    let a = p.agent("gh", &up.url("/sse-raw"), "agent").await;
+    let list = tools_result(&"l1".into()).to_string();
+    let first = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n";
+    let last = "data: {\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{\"after\":1}}\n\n";
+    let bad_utf8 = {
+        let mut b = format!("data: {list}").into_bytes();
+        let at = b.windows(4).position(|w| w == b"name").unwrap();
+        b.insert(at, 0xff);
+        b.extend_from_slice(b"\n\n");
+        b
+    };
+    let surrogate = format!(
+        "data: {}\n\n",
+        list.replacen(
+            "\"inputSchema\"",
+            "\"description\":\"\\ud800\",\"inputSchema\"",
+            1
+        )
+    );
+    let deep = format!(
+        "data: {}\n\n",
+        list.replacen(
+            "\"inputSchema\"",
+            &format!(
+                "\"x\":{}1{},\"inputSchema\"",
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            1
+        )
+    );
+    let bom = format!("\u{feff}data: {list}\n\n");
+    let not_json = "data: tools: search, delete_repo\n\n".to_string();
+    let cases: [(&str, Vec<u8>); 5] = [
+        ("bad UTF-8", bad_utf8),
+        ("a lone surrogate", surrogate.into_bytes()),
+        ("nesting too deep", deep.into_bytes()),
+        ("a byte-order mark", bom.into_bytes()),
+        ("data that is not JSON", not_json.into_bytes()),
+    ];
+    for (what, bad) in cases {
+        let mut events = first.as_bytes().to_vec();
+        events.extend_from_slice(&bad);
+        events.extend_from_slice(last.as_bytes());
+        let (got, clean) = sse_raw_bytes(&a, http::Method::POST, &events).await;
+        assert!(!clean, "{what}: the stream went on");
+        // What arrived (if anything) is the first event: never the one
+        // that could not be read, nor any after it.
+        assert!(
+            first.as_bytes().starts_with(&got),
+            "{what}: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    // Events that name no tools pass untouched, escapes and all.
+    let fine = format!("{first}: comment\n\ndata: {{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{{\"text\":\"a\\nb \\u00e9\"}}}}\n\n{last}");
+    let (got, clean) = sse_raw(&a, http::Method::POST, &fine).await;
+    assert!(clean);
+    assert_eq!(String::from_utf8(got).unwrap(), fine);
+}
