@@ -5,7 +5,8 @@ answered 401 with a WWW-Authenticate challenge, and it answers both the
 
 Its `seen_headers` tool appends the request headers it received to LOG
 (one JSON object per line) and returns them, so the test can show what
-crossed tessera; `count` reports progress as it goes.
+crossed tessera; `count` reports progress as it goes; `delete_note` and
+`write_note` log that they ran (tessera's policy must keep them from it).
 
 Usage: fastmcp_server.py PORT TOKEN LOG
 """
@@ -47,6 +48,24 @@ async def count(to: int, ctx: Context) -> str:
 def add(a: int, b: int) -> int:
     """a + b"""
     return a + b
+
+
+# tessera's peers policy forbids delete_note and holds write_note for a
+# person (tests/peers/run.sh): neither may ever run.
+@mcp.tool
+def delete_note(name: str) -> str:
+    """Delete a note."""
+    with open(log, "a") as f:
+        f.write(json.dumps({"ran": "delete_note"}) + "\n")
+    return f"deleted {name}"
+
+
+@mcp.tool
+def write_note(text: str) -> str:
+    """Write a note."""
+    with open(log, "a") as f:
+        f.write(json.dumps({"ran": "write_note"}) + "\n")
+    return "written"
 
 
 mcp.run(transport="http", host="127.0.0.1", port=port, show_banner=False)

@@ -84,6 +84,23 @@ async def modern():
             assert h.get("mcp-method") == "tools/call", h.get("mcp-method")
 
 
+async def refused():
+    """A call tessera's policy denies and one it holds for a person are
+    results the model reads (isError, with resultType on 2026-07-28: the
+    SDK throws a result without it away), and neither ran upstream."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {caller}"}) as http:
+        async with client(os.environ["PEERS_FASTMCP_URL"], http) as c:
+            assert c.session.protocol_version == "2026-07-28", c.session.protocol_version
+            r = await c.call_tool("delete_note", {"name": "n"})
+            assert r.is_error, r
+            assert "refused" in r.content[0].text, r
+            r = await c.call_tool("write_note", {"text": "t"})
+            assert r.is_error, r
+            assert "approval" in r.content[0].text, r
+    ran = [e for e in upstream_log() if "ran" in e]
+    assert not ran, f"the upstream ran {ran}"
+
+
 async def legacy():
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {caller}"}) as http:
         async with client(os.environ["PEERS_EVERYTHING_URL"], http) as c:
@@ -175,6 +192,7 @@ async def gzip():
 async def main():
     await check("python-sdk-2 auto: discovers 2026-07-28 on fastmcp, tools and progress", modern)
     await check("python-sdk-2 auto: falls back to initialize on server-everything", legacy)
+    await check("python-sdk-2 auto (2026-07-28): a denied and a held call are tool errors the model reads", refused)
     await check(
         lambda: f"python-sdk-2 auto: echo_headers on the gzip server comes back decoded and redacted (upstream answer: {gzip_upstream})",
         gzip,

@@ -175,7 +175,20 @@ everything_url=$(T connection add --caller agent --credential everything | tail 
 fastmcp_url=$(T connection add --caller agent --credential fastmcp | tail -n 1)
 stale_url=$(T connection add --caller agent --credential fastmcp-stale | tail -n 1)
 gzip_url=$(T connection add --caller agent --credential gzip | tail -n 1)
-"$tessera" serve --listen "127.0.0.1:$tessera_port" >"$work/tessera.log" 2>&1 &
+# The shipped default, plus a denied and a held tool on the fastmcp server:
+# the 2.x clients on 2026-07-28 must read both refusals as tool errors.
+mkdir -p "$work/policies"
+cp "$root/policies/default.cedar" "$root/policies/schema.cedarschema" "$work/policies/"
+cat >"$work/policies/peers.cedar" <<'CEDAR'
+@id("peers-no-delete-note")
+forbid (principal, action == Action::"tools/call", resource)
+when { context has tool && context.tool == "delete_note" };
+@id("peers-ask-write-note")
+@ask
+permit (principal, action == Action::"tools/call", resource)
+when { context has tool && context.tool == "write_note" };
+CEDAR
+"$tessera" serve --listen "127.0.0.1:$tessera_port" --policies "$work/policies" >"$work/tessera.log" 2>&1 &
 pids+=($!)
 wait_http "$TESSERA_PUBLIC_URL/" || exit 1
 

@@ -60,4 +60,17 @@ await check("ts-sdk-2 auto: Mcp-Method and Mcp-Name reach the upstream with the 
   expect(!h["mcp-session-id"], "a session id on the stateless revision");
 });
 
+await check("ts-sdk-2 auto (2026-07-28): a denied and a held call are tool errors the model reads", async () => {
+  // tessera writes these results itself; without resultType the 2.x client
+  // throws them away and the model never reads the refusal.
+  const denied = await client.callTool({ name: "delete_note", arguments: { name: "n" } });
+  expect(denied.isError === true, JSON.stringify(denied));
+  expect(JSON.stringify(denied.content).includes("refused"), JSON.stringify(denied));
+  const held = await client.callTool({ name: "write_note", arguments: { text: "t" } });
+  expect(held.isError === true, JSON.stringify(held));
+  expect(JSON.stringify(held.content).includes("approval"), JSON.stringify(held));
+  const ran = upstreamLog(env("PEERS_FASTMCP_LOG")).filter((e) => e.ran);
+  expect(ran.length === 0, `the upstream ran ${JSON.stringify(ran)}`);
+});
+
 await client.close();
