@@ -320,3 +320,39 @@ async fn the_database_password_never_reaches_the_log() {
     assert!(served.log.contains(":***@"), "{}", served.log);
     assert!(!served.log.contains("db-password-Xr4tQ9"));
 }
+
+/// A session opened through one replica goes on through another: its id
+/// is bound to the caller by a MAC under the shared master key ring, not
+/// by anything one replica remembers; another caller is refused on both.
+#[tokio::test]
+async fn a_session_opened_through_one_replica_goes_on_through_another() {
+    let up = Upstream::start().await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let (pa, pb) = (Served::free_port(), Served::free_port());
+    let public = format!("http://127.0.0.1:{pa}");
+    let a = register(d, &public, "gh", &up.url("/mcp"), "agent");
+    let other = register(d, &public, "gh", &up.url("/mcp"), "agent-2");
+    let _ra = Served::start(d, pa, &[], &[]).await;
+    let _rb = Served::start(d, pb, &[], &[]).await;
+
+    let session = a.session().await;
+    let send = |agent: Agent| {
+        client()
+            .post(agent.url)
+            .bearer_auth(agent.token)
+            .header("mcp-session-id", &session)
+            .body(tools_call(2, "search"))
+            .send()
+    };
+    let r = send(via(&a, pb)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["mcp-session-id"], session.as_str());
+    for port in [pa, pb] {
+        let r = send(via(&other, port)).await.unwrap();
+        assert_eq!(r.status(), 404, "another caller's session through {port}");
+    }
+    let seen = up.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].headers["mcp-session-id"], "sess-1");
+}
