@@ -242,8 +242,18 @@ fn benches(c: &mut Criterion) {
         |b| b.iter(|| tessera::canonical::canonical(black_box(m.arguments().unwrap()))),
     );
     c.bench_function(
-        "approval key (canonical JSON + SHA-256; held calls only)",
-        |b| b.iter(|| tessera::approvals::arguments_digest(black_box(m.arguments()))),
+        "approval key (params read again, canonical JSON + SHA-256; held calls only)",
+        |b| {
+            b.iter(|| {
+                let params = tessera::approvals::params_of(black_box(TOOLS_CALL)).unwrap();
+                tessera::approvals::call_digest(&tessera::approvals::Call {
+                    sub_path: "",
+                    query: None,
+                    params: params[0],
+                    session: &[b"3f1c9e"],
+                })
+            })
+        },
     );
     let redactor = inj.redactor.clone();
     let frame = bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"Issue #42 updated: labels bug, triage. Body saved (212 bytes)."}],"isError":false}}"#);

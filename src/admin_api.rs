@@ -624,6 +624,9 @@ pub struct ApprovalsQuery {
     /// At most this many, newest first (1–1000, default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// The next page: those listed after this approval id (the last of
+    /// the previous page).
+    before: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema, Default)]
@@ -647,7 +650,7 @@ async fn list_approvals(
     let limit = page_size(q.limit)?;
     Ok(Json(
         s.store
-            .approvals(q.all, limit)
+            .approvals_page(q.all, q.before.as_deref(), limit)
             .await
             .map_err(AdminError::from)?,
     ))

@@ -227,7 +227,8 @@ async fn write_within(
 }
 
 /// Hex SHA-256. The audit trail digests tool arguments as sent; approvals
-/// key on the canonical form ([`crate::approvals::arguments_digest`]).
+/// key on the canonical form of the whole call
+/// ([`crate::approvals::call_digest`]).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -18,6 +18,9 @@ pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
 pub const DEFAULT_DB_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_AUTHORIZER_TIMEOUT_MS: u64 = 2_000;
 pub const DEFAULT_TOOLS_LIST_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// The default for `--max-pending-approvals`: more calls than a person
+/// reviews at one sitting, far fewer than would bury the console.
+pub const DEFAULT_MAX_PENDING_APPROVALS: u32 = 50;
 
 /// A setting that cannot be used, named by its flag.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -128,6 +131,9 @@ pub struct ServeConfig {
     /// failed: a database that hangs fails closed like one that refuses.
     pub db_timeout: Duration,
     pub authorizer: Option<AuthorizerConfig>,
+    /// Approvals one caller may have pending; a call that would add one
+    /// more is refused (429). 0: no limit.
+    pub max_pending_approvals: u32,
     /// The largest `tools/list` answer tessera parses to filter (502 above).
     pub tools_list_max_bytes: usize,
     /// An OAuth token is refreshed when it expires within this.
@@ -168,6 +174,7 @@ pub struct RawServe {
     pub authorizer_url: Option<String>,
     pub authorizer_timeout_ms: u64,
     pub authorizer_failure: String,
+    pub max_pending_approvals: u32,
     pub tools_list_max_bytes: usize,
     pub token_margin_s: u64,
     pub token_timeout_ms: u64,
@@ -348,6 +355,7 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         },
         db_timeout: ms(raw.db_timeout_ms, "--db-timeout-ms")?,
         authorizer,
+        max_pending_approvals: raw.max_pending_approvals,
         tools_list_max_bytes: raw.tools_list_max_bytes,
         token_margin: Duration::from_secs(raw.token_margin_s),
         token_timeout: ms(raw.token_timeout_ms, "--token-timeout-ms")?,
@@ -393,6 +401,7 @@ impl RawServe {
             authorizer_url: None,
             authorizer_timeout_ms: DEFAULT_AUTHORIZER_TIMEOUT_MS,
             authorizer_failure: "deny".into(),
+            max_pending_approvals: DEFAULT_MAX_PENDING_APPROVALS,
             tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
             token_margin_s: 60,
             token_timeout_ms: 10_000,

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use axum::extract::{Form, Path, State as AxState};
+use axum::extract::{Form, Path, Query, State as AxState};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -35,6 +35,8 @@ const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// Sessions kept at most; the oldest goes first (a flood of sign-ins with
 /// a valid token cannot grow memory without bound).
 const MAX_SESSIONS: usize = 1024;
+/// Pending approvals shown on one page; the page links to the next.
+const PAGE: i64 = 100;
 
 /// One signed-in browser.
 struct Session {
@@ -290,35 +292,58 @@ async fn decide(
     match done {
         Ok(()) => Redirect::to("/ui").into_response(),
         Err(e) => {
-            render(
-                &c,
-                &admin,
-                &csrf,
-                Some(&e.to_string()),
-                StatusCode::CONFLICT,
-            )
-            .await
+            let view = View {
+                error: Some(&e.to_string()),
+                status: StatusCode::CONFLICT,
+                before: None,
+            };
+            render(&c, &admin, &csrf, view).await
         }
     }
 }
 
-async fn page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+/// `/ui?before=ID`: the pending approvals listed after `ID` (the last of
+/// the previous page).
+#[derive(Deserialize)]
+struct PageQuery {
+    before: Option<String>,
+}
+
+async fn page(
+    AxState(c): AxState<Console>,
+    headers: HeaderMap,
+    Query(q): Query<PageQuery>,
+) -> Response {
     match c.session(&headers).await {
-        Some((admin, csrf)) => render(&c, &admin, &csrf, None, StatusCode::OK).await,
+        Some((admin, csrf)) => {
+            let view = View {
+                error: None,
+                status: StatusCode::OK,
+                before: q.before.as_deref(),
+            };
+            render(&c, &admin, &csrf, view).await
+        }
         None => Redirect::to("/ui/login").into_response(),
     }
 }
 
-async fn render(
-    c: &Console,
-    admin: &str,
-    csrf: &str,
-    error: Option<&str>,
+/// What one rendering of the page shows besides the store's rows.
+struct View<'a> {
+    error: Option<&'a str>,
     status: StatusCode,
-) -> Response {
+    /// The page of pending approvals: after this one (`None`: the first).
+    before: Option<&'a str>,
+}
+
+async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Response {
+    let View {
+        error,
+        status,
+        before,
+    } = view;
     let store = &c.state.store;
-    let (pending, recent) = match (
-        store.approvals(false, 200).await,
+    let (mut pending, recent) = match (
+        store.approvals_page(false, before, PAGE + 1).await,
         store
             .audit(&crate::audit::AuditQuery {
                 caller: None,
@@ -349,28 +374,48 @@ async fn render(
     if let Some(e) = error {
         let _ = write!(b, "<p class=error role=alert>{}</p>", esc(e));
     }
+    // One more than a page was asked for: whether a next page exists.
+    let more = pending.len() as i64 > PAGE;
+    pending.truncate(PAGE as usize);
     b.push_str("<h2>Waiting for a person</h2>");
-    if pending.is_empty() {
+    if pending.is_empty() && before.is_none() {
         b.push_str("<p id=none>No calls are waiting for approval.</p>");
     } else {
         b.push_str(
             "<table id=pending><tr><th>Asked</th><th>Caller</th><th>Connection</th><th>Method</th>\
-             <th>Tool</th><th>Arguments</th><th>Why</th><th></th></tr>",
+             <th>Tool</th><th>Path and query</th><th>Session</th><th>Params</th><th>Why</th><th></th></tr>",
         );
         for a in &pending {
-            let args = match &a.arguments {
-                Some(text) => format!("<code>{}</code>", esc(text)),
-                None if a.key.arguments_sha256.is_empty() => "-".to_string(),
-                None => format!(
-                    "<span class=muted>SHA-256 {}…</span>",
-                    esc(&a.key.arguments_sha256[..12.min(a.key.arguments_sha256.len())])
+            let params = match (&a.shown.params, &a.arguments) {
+                (Some(text), _) | (None, Some(text)) => format!("<code>{}</code>", esc(text)),
+                (None, None) if a.key.arguments_sha256.is_empty() => "-".to_string(),
+                (None, None) => format!(
+                    "<span class=muted>key {}…</span>",
+                    esc(a.key.arguments_sha256.get(..15).unwrap_or_default())
                 ),
+            };
+            let target = match (&a.shown.sub_path, &a.shown.query) {
+                // Recorded before calls were bound whole.
+                (None, _) => "<span class=muted>not recorded</span>".to_string(),
+                (Some(p), None) if p.is_empty() => "-".to_string(),
+                (Some(p), q) => format!(
+                    "<code>{}{}</code>",
+                    esc(p),
+                    q.as_deref()
+                        .map(|q| format!("?{}", esc(q)))
+                        .unwrap_or_default()
+                ),
+            };
+            let session = match a.shown.session.as_deref() {
+                None => "<span class=muted>not recorded</span>".to_string(),
+                Some("") => "none".to_string(),
+                Some(f) => format!("<code>{}</code>", esc(f)),
             };
             let id = esc(&a.id);
             let _ = write!(
                 b,
                 "<tr data-approval=\"{id}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>\
-                 <td><b>{}</b></td><td>{args}</td><td>{}</td><td class=actions>\
+                 <td><b>{}</b></td><td>{target}</td><td>{session}</td><td>{params}</td><td>{}</td><td class=actions>\
                  <form class=inline method=post action=\"/ui/approvals/{id}/grant\">\
                  <input type=hidden name=csrf value=\"{csrf}\"><button type=submit class=grant>Grant</button></form> \
                  <form class=inline method=post action=\"/ui/approvals/{id}/deny\">\
@@ -386,8 +431,21 @@ async fn render(
             );
         }
         b.push_str(
-            "</table><p class=muted>A grant lets that exact call run once within 10 minutes.</p>",
+            "</table><p class=muted>A grant lets that exact call run once within 10 minutes: \
+             the same tool, params, path, query and session.</p>",
         );
+        b.push_str("<p id=pages>");
+        if before.is_some() {
+            b.push_str("<a href=\"/ui\">First page</a> ");
+        }
+        if let (true, Some(last)) = (more, pending.last()) {
+            let _ = write!(
+                b,
+                "<a id=next href=\"/ui?before={}\">Next page</a>",
+                esc(&urlencoding(&last.id))
+            );
+        }
+        b.push_str("</p>");
     }
     b.push_str(
         "<h2>Recent decisions</h2><table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
@@ -454,6 +512,12 @@ fn layout(title: &str, body: &str) -> String {
          </style></head><body><h1>tessera · {t}</h1>{body}</body></html>",
         t = esc(title),
     )
+}
+
+/// Percent-encode a query value (approval ids need none; this keeps any
+/// other text from ending the value).
+fn urlencoding(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 /// HTML-escape text for element content and quoted attributes.

@@ -200,12 +200,16 @@ pub enum TooMany {
     Rate,
     /// Failed authentication from this source or on this address.
     FailedAuth,
+    /// The caller's approvals waiting for a person
+    /// (`--max-pending-approvals`).
+    PendingApprovals,
 }
 
 fn too_many_text(kind: TooMany) -> &'static str {
     match kind {
         TooMany::InFlight => "too many requests: this caller has too many requests and streams open at once; retry after the time in Retry-After",
         TooMany::Rate => "too many requests: this caller is over its request rate; retry after the time in Retry-After",
+        TooMany::PendingApprovals => "too many calls of this caller are waiting for a person's approval; this call was not recorded and has not run. Wait until a person decides the pending ones, then retry (no sooner than Retry-After)",
         TooMany::FailedAuth => "too many failed authentications from this source or on this address; send the caller token tessera issued as 'Authorization: Bearer <token>', after the time in Retry-After",
     }
 }
@@ -321,6 +325,7 @@ impl ProxyError {
             TooMany(self::TooMany::InFlight, _) => "caller_in_flight",
             TooMany(self::TooMany::Rate, _) => "caller_rate",
             TooMany(self::TooMany::FailedAuth, _) => "auth_throttled",
+            TooMany(self::TooMany::PendingApprovals, _) => "approvals_pending_cap",
             UpstreamUnreachable { .. } => "upstream_unreachable",
             UpstreamForbidden { .. } => "upstream_forbidden",
             UpstreamTls { .. } => "upstream_tls",

@@ -173,6 +173,10 @@ enum ApprovalCmd {
         all: bool,
         #[arg(long, default_value_t = 100)]
         limit: i64,
+        /// The next page: those listed after this approval id (the last
+        /// of the previous page).
+        #[arg(long)]
+        before: Option<String>,
     },
     /// Allow the held call (same tool, same arguments) to run.
     Grant {
@@ -342,6 +346,10 @@ struct ServeArgs {
     /// means: deny, or ask a person. Never allow.
     #[arg(long, env = "TESSERA_AUTHORIZER_FAILURE", default_value = "deny", value_parser = ["deny", "ask"])]
     authorizer_failure: String,
+    /// Calls one caller may have waiting for a person's approval; a call
+    /// that would wait beyond that is refused (429). 0: no limit.
+    #[arg(long, env = "TESSERA_MAX_PENDING_APPROVALS", default_value_t = config::DEFAULT_MAX_PENDING_APPROVALS)]
+    max_pending_approvals: u32,
     /// The largest tools/list answer tessera reads to filter it (502 above).
     #[arg(long, env = "TESSERA_TOOLS_LIST_MAX_BYTES", default_value_t = config::DEFAULT_TOOLS_LIST_MAX_BYTES)]
     tools_list_max_bytes: usize,
@@ -845,8 +853,10 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
     use tessera::approvals::now_ms;
     let store = at.store().await?;
     match c {
-        ApprovalCmd::List { all, limit } => {
-            let rows = store.approvals(all, limit.max(1)).await?;
+        ApprovalCmd::List { all, limit, before } => {
+            let rows = store
+                .approvals_page(all, before.as_deref(), limit.max(1))
+                .await?;
             let mut table = Vec::with_capacity(rows.len());
             for a in rows {
                 if at.json {
@@ -877,13 +887,22 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                     a.key.connection.chars().take(8).collect(),
                     a.key.rpc_method,
                     or_dash(&a.key.tool),
-                    or_dash(a.key.arguments_sha256.get(..12).unwrap_or_default()),
+                    // Rows recorded before calls were bound whole: `?`.
+                    a.shown.sub_path.as_deref().map_or("?".into(), |p| {
+                        or_dash(&match &a.shown.query {
+                            Some(q) => format!("{p}?{q}"),
+                            None => p.to_string(),
+                        })
+                    }),
+                    a.shown.session.as_deref().map_or("?".into(), or_dash),
+                    or_dash(a.key.arguments_sha256.get(..15).unwrap_or_default()),
                     a.reason.unwrap_or_else(|| "-".into()),
                 ]);
             }
             if !at.json {
                 let head = [
-                    "ID", "STATUS", "ASKED", "CALLER", "CONN", "METHOD", "TOOL", "ARGS", "REASON",
+                    "ID", "STATUS", "ASKED", "CALLER", "CONN", "METHOD", "TOOL", "PATH", "SESSION",
+                    "KEY", "REASON",
                 ];
                 print_table(&head, &table);
             }
@@ -1201,6 +1220,7 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         authorizer_url: a.authorizer_url.clone(),
         authorizer_timeout_ms: a.authorizer_timeout_ms,
         authorizer_failure: a.authorizer_failure.clone(),
+        max_pending_approvals: a.max_pending_approvals,
         tools_list_max_bytes: a.tools_list_max_bytes,
         token_margin_s: a.token_margin_s,
         token_timeout_ms: a.token_timeout_ms,

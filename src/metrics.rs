@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 41] = [
+pub const REASONS: [&str; 42] = [
     "method",
     "not_found",
     "origin",
@@ -59,6 +59,7 @@ pub const REASONS: [&str; 41] = [
     "caller_in_flight",
     "caller_rate",
     "auth_throttled",
+    "approvals_pending_cap",
     "upstream_unreachable",
     "upstream_forbidden",
     "upstream_tls",

@@ -62,8 +62,13 @@ struct Decided {
     /// What became of a call held for approval.
     settled: Option<Settled>,
     arguments_sha256: Option<String>,
-    /// For a held call: the canonical arguments digest approvals key on.
+    /// For a held call: the key it is bound to and what the approver is
+    /// shown of it (set by [`bind_held`]).
     call_sha256: Option<String>,
+    shown: approvals::Shown,
+    /// For a held call: its key before calls were bound whole, to find
+    /// approvals recorded then.
+    legacy_sha256: Option<String>,
     arguments: Option<String>,
 }
 
@@ -319,6 +324,7 @@ async fn proxy(
         access.decisions.clear();
         return Err(ProxyError::AuditUnavailable);
     }
+    bind_held(state, &mut access.decisions, &r.sub_path, &parts, &body);
     enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
 
     // Forward: strip, inject, send on the pooled client. An OAuth
@@ -653,7 +659,7 @@ async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
 
 impl Decided {
     fn new(state: &State, ask: &AuthzRequest<'_>, verdict: Verdict) -> Decided {
-        let call_sha256 =
+        let legacy_sha256 =
             matches!(verdict, Verdict::Ask(_)).then(|| arguments_digest(ask.arguments));
         Decided {
             rpc_method: ask.rpc_method.map(str::to_string),
@@ -665,7 +671,9 @@ impl Decided {
             // a held call is keyed by its canonical digest (a parse), which
             // only held calls pay for.
             arguments_sha256: ask.arguments.map(|a| sha256_hex(a.as_bytes())),
-            call_sha256,
+            call_sha256: None,
+            shown: approvals::Shown::default(),
+            legacy_sha256,
             arguments: ask
                 .arguments
                 .filter(|_| state.config.audit_arguments)
@@ -693,6 +701,50 @@ impl Decided {
                 }),
             ),
         }
+    }
+}
+
+/// The `Retry-After` of a call refused for `--max-pending-approvals`:
+/// pending approvals end when a person decides them, in minutes.
+const PENDING_RETRY_AFTER_S: u32 = 60;
+
+/// Bind each held call to the whole call as it reaches the upstream
+/// (`approvals::Call`: sub-path, query, complete `params`, session). Only
+/// held calls pay for reading their `params` again.
+fn bind_held(
+    state: &State,
+    decided: &mut [Decided],
+    sub_path: &str,
+    parts: &http::request::Parts,
+    body: &[u8],
+) {
+    if !decided.iter().any(|d| matches!(d.verdict, Verdict::Ask(_))) {
+        return;
+    }
+    let session: Vec<&[u8]> = parts
+        .headers
+        .get_all("mcp-session-id")
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let posted = parts.method == http::Method::POST;
+    let params = posted.then(|| approvals::params_of(body)).flatten();
+    for (i, d) in decided.iter_mut().enumerate() {
+        if !matches!(d.verdict, Verdict::Ask(_)) {
+            continue;
+        }
+        let call = approvals::Call {
+            sub_path,
+            query: parts.uri.query(),
+            params: match &params {
+                Some(p) => p.get(i).copied().flatten(),
+                // Not reached (the body was read before): bind it whole.
+                None => posted.then(|| std::str::from_utf8(body).ok()).flatten(),
+            },
+            session: &session,
+        };
+        d.call_sha256 = Some(approvals::call_digest(&call));
+        d.shown = approvals::shown(&call, state.config.audit_arguments);
     }
 }
 
@@ -745,17 +797,26 @@ async fn enforce(
                     tool: d.tool.clone().unwrap_or_default(),
                     arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
                 },
+                legacy_sha256: d.legacy_sha256.clone(),
                 arguments: d.arguments.clone(),
                 reason: d.verdict.grounds().summary(),
+                shown: d.shown.clone(),
             }
         })
         .collect();
-    let settling = approvals::settle(&state.store, &held);
-    let settled = crate::store::timed(state.config.db_timeout, settling)
+    let settling = approvals::settle(&state.store, &held, state.config.max_pending_approvals);
+    let settled = crate::store::timed(state.config.db_timeout, async { Ok(settling.await) })
         .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "recording an approval request failed");
-            ProxyError::ApprovalUnavailable
+        .map_err(approvals::SettleError::Store)
+        .and_then(|r| r)
+        .map_err(|e| match e {
+            approvals::SettleError::TooManyPending { .. } => {
+                ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)
+            }
+            approvals::SettleError::Store(e) => {
+                tracing::error!(error = %e, "recording an approval request failed");
+                ProxyError::ApprovalUnavailable
+            }
         })?;
     for (&i, s) in asked.iter().zip(&settled) {
         decided[i].settled = Some(s.clone());

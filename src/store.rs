@@ -19,7 +19,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{AnyPool, ConnectOptions, Row};
 
-use crate::approvals::{Approval, CallKey, NewApproval, Status};
+use crate::approvals::{Approval, CallKey, NewApproval, Shown, Status};
 use crate::audit::{AuditQuery, AuditRecord};
 use crate::credentials::Scheme;
 
@@ -1089,8 +1089,8 @@ impl Store {
     pub async fn add_approval(&self, a: &NewApproval) -> Result<String, StoreError> {
         let r = sqlx::query(
             "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
-             arguments_sha256, arguments, reason, status) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending')",
+             arguments_sha256, arguments, reason, status, sub_path, query, session, params) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $12, $13)",
         )
         .bind(&a.id)
         .bind(a.created_at)
@@ -1101,6 +1101,10 @@ impl Store {
         .bind(&a.key.arguments_sha256)
         .bind(&a.arguments)
         .bind(&a.reason)
+        .bind(&a.shown.sub_path)
+        .bind(&a.shown.query)
+        .bind(&a.shown.session)
+        .bind(&a.shown.params)
         .execute(&self.pool)
         .await;
         match r {
@@ -1113,16 +1117,83 @@ impl Store {
         }
     }
 
+    /// Rebind a pending approval recorded under an older key (`old`) to
+    /// the key `new` of the call now asking, showing what that call is
+    /// (see `approvals::settle`). False when it is no longer pending under
+    /// `old` (a concurrent request adopted it, or a person decided it), or
+    /// when `new` already has a pending approval.
+    pub async fn rebind_approval(
+        &self,
+        id: &str,
+        old: &CallKey,
+        new: &CallKey,
+        shown: &Shown,
+    ) -> Result<bool, StoreError> {
+        let r = sqlx::query(
+            "UPDATE approvals SET arguments_sha256 = $1, sub_path = $2, query = $3, \
+             session = $4, params = COALESCE($5, params) \
+             WHERE id = $6 AND arguments_sha256 = $7 AND status = 'pending'",
+        )
+        .bind(&new.arguments_sha256)
+        .bind(&shown.sub_path)
+        .bind(&shown.query)
+        .bind(&shown.session)
+        .bind(&shown.params)
+        .bind(id)
+        .bind(&old.arguments_sha256)
+        .execute(&self.pool)
+        .await;
+        match r {
+            Ok(r) => Ok(r.rows_affected() == 1),
+            Err(e) if unique_violation(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// How many approvals of `caller` are pending (one indexed count:
+    /// `approvals_pending_caller`).
+    pub async fn pending_approvals_of(&self, caller: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM approvals WHERE caller = $1 AND status = 'pending'",
+        )
+        .bind(caller)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// Approvals, newest first: pending ones only, or all.
     pub async fn approvals(&self, all: bool, limit: i64) -> Result<Vec<Approval>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM approvals WHERE $1 OR status = 'pending' \
-             ORDER BY created_at DESC, id LIMIT $2",
-        )
-        .bind(all)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        self.approvals_page(all, None, limit).await
+    }
+
+    /// A page of [`Store::approvals`]: those listed after the approval
+    /// `before` (the last of the previous page: older, or as old with a
+    /// greater id; an unknown id lists none).
+    pub async fn approvals_page(
+        &self,
+        all: bool,
+        before: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Approval>, StoreError> {
+        // Keyset paging in the listing's order (created_at descending,
+        // then id): stable while approvals are added or decided.
+        let query = match before {
+            None => sqlx::query(
+                "SELECT * FROM approvals WHERE $1 OR status = 'pending' \
+                 ORDER BY created_at DESC, id LIMIT $2",
+            )
+            .bind(all),
+            Some(before) => sqlx::query(
+                "SELECT a.* FROM approvals a JOIN approvals c ON c.id = $2 \
+                 WHERE ($1 OR a.status = 'pending') \
+                   AND (a.created_at < c.created_at \
+                        OR (a.created_at = c.created_at AND a.id > c.id)) \
+                 ORDER BY a.created_at DESC, a.id LIMIT $3",
+            )
+            .bind(all)
+            .bind(before),
+        };
+        let rows = query.bind(limit).fetch_all(&self.pool).await?;
         rows.into_iter()
             .map(|r| {
                 let status: String = r.try_get("status")?;
@@ -1142,6 +1213,12 @@ impl Store {
                     decided_at: r.try_get("decided_at")?,
                     expires_at: r.try_get("expires_at")?,
                     uses_left: r.try_get("uses_left")?,
+                    shown: Shown {
+                        sub_path: r.try_get("sub_path")?,
+                        query: r.try_get("query")?,
+                        session: r.try_get("session")?,
+                        params: r.try_get("params")?,
+                    },
                 })
             })
             .collect()

@@ -198,15 +198,7 @@ async fn the_console_refuses_forged_forms_and_shows_hostile_names_as_text() {
     assert!(r.headers().get("set-cookie").is_none());
 
     let (cookie, csrf) = sign_in(&api, &token).await;
-    let html = c
-        .get(format!("{api}/ui"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = page_text(&c, format!("{api}/ui"), &cookie).await;
     assert!(
         html.contains("&lt;img src=x onerror=alert(1)&gt;"),
         "{html}"
@@ -255,4 +247,105 @@ async fn the_console_refuses_forged_forms_and_shows_hostile_names_as_text() {
         .await
         .unwrap();
     assert_eq!(r.status(), 303);
+}
+
+/// A console page's HTML, signed in with `cookie`.
+async fn page_text(c: &reqwest::Client, url: String, cookie: &str) -> String {
+    let r = c.get(url).header("cookie", cookie).send().await.unwrap();
+    r.text().await.unwrap()
+}
+
+/// The ids of the approvals a console page lists, and its next page's
+/// address.
+fn listed(html: &str) -> (Vec<String>, Option<String>) {
+    let ids = html
+        .split("data-approval=\"")
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap().to_string())
+        .collect();
+    let next = html
+        .split("<a id=next href=\"")
+        .nth(1)
+        .map(|s| s.split('"').next().unwrap().replace("&amp;", "&"));
+    (ids, next)
+}
+
+/// Issue 23 §2: every pending approval can be reached, on the console and
+/// through the API, however many there are: the console showed the
+/// newest 200 and no more. 250 are paged through (100 a page, several
+/// asked in the same millisecond), each seen once, newest first.
+#[tokio::test]
+async fn the_console_pages_through_every_pending_approval() {
+    let p = Proxy::start(Proxy::dir()).await;
+    let api = admin_api(&p).await;
+    let token = admin_token(&p, "alice");
+    let store = p.store();
+    for i in 0..250 {
+        store
+            .add_approval(&tessera::approvals::NewApproval {
+                id: tessera::approvals::new_id(),
+                created_at: 1_700_000_000_000 + i / 3,
+                key: tessera::approvals::CallKey {
+                    caller: "agent".into(),
+                    connection: "c1".into(),
+                    rpc_method: "tools/call".into(),
+                    tool: format!("write_{i}"),
+                    arguments_sha256: String::new(),
+                },
+                arguments: None,
+                reason: None,
+                shown: Default::default(),
+            })
+            .await
+            .unwrap();
+    }
+    let want: Vec<String> = store
+        .approvals(false, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    assert_eq!(want.len(), 250);
+
+    let (cookie, _) = sign_in(&api, &token).await;
+    let c = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut seen = Vec::new();
+    let mut next = Some("/ui".to_string());
+    let mut pages = 0;
+    while let Some(path) = next {
+        let html = page_text(&c, format!("{api}{path}"), &cookie).await;
+        let (ids, n) = listed(&html);
+        assert!(ids.len() <= 100, "a page of {}", ids.len());
+        seen.extend(ids);
+        next = n;
+        pages += 1;
+        assert!(pages <= 3, "more pages than needed");
+    }
+    assert_eq!(
+        seen, want,
+        "the console's pages are not every pending approval once"
+    );
+
+    // The API pages alike.
+    let mut seen = Vec::new();
+    let mut url = format!("{api}/v1/approvals?limit=100");
+    loop {
+        let page: Vec<Value> = client()
+            .get(&url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        url = format!(
+            "{api}/v1/approvals?limit=100&before={}",
+            last["id"].as_str().unwrap()
+        );
+        seen.extend(page.iter().map(|a| a["id"].as_str().unwrap().to_string()));
+    }
+    assert_eq!(seen, want);
 }

@@ -696,6 +696,34 @@ pub struct Agent {
     pub url: String,
 }
 
+impl Proxy {
+    /// The `Mcp-Session-Id` tessera shows `a`'s caller for the upstream's
+    /// session `upstream` (as if the upstream had answered with it): for
+    /// tests that need several distinct sessions of one caller.
+    pub fn bound_session(&self, a: &Agent, upstream: &str) -> String {
+        let connection = a
+            .url
+            .rsplit("/c/")
+            .next()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap();
+        let snap = self.state.snapshot.load();
+        let caller_id = snap.connections[connection].caller_id;
+        let caller = snap.callers.values().find(|c| c.id == caller_id).unwrap();
+        let mut h = http::HeaderMap::new();
+        h.insert("mcp-session-id", upstream.parse().unwrap());
+        let owner = tessera::session::Owner {
+            caller_id,
+            caller: &caller.name,
+            connection,
+        };
+        tessera::session::for_caller(self.state.master_key(), owner, &mut h);
+        h["mcp-session-id"].to_str().unwrap().to_string()
+    }
+}
+
 impl Agent {
     /// A session opened through tessera: the `Mcp-Session-Id` the
     /// upstream answered (`sess-1` by [`Upstream`]'s default route) as
