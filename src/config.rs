@@ -47,6 +47,8 @@ pub enum ConfigError {
     CaFile(String, String),
     #[error("--forwarded {0:?}: use off (tessera says nothing of the caller) or set (tessera sets Forwarded and X-Forwarded-For)")]
     Forwarded(String),
+    #[error("--max-body-memory {0} is less than --max-body-bytes {1}: a body of the largest size allowed could never be read")]
+    BodyMemory(usize, usize),
 }
 
 /// Limits on one request and on one caller's use (see [`crate::limits`]).
@@ -101,6 +103,13 @@ pub struct ServeConfig {
     /// `Origin` get 403. Requests without `Origin` (non-browser) pass.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// Data-plane connections open at once, in total and per source
+    /// address (0: no limit; see [`crate::capacity`]).
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    /// Bytes of request bodies held at once across all requests (503
+    /// above; 0: no limit).
+    pub max_body_memory: usize,
     /// Whether internal addresses and plain HTTP may be reached upstream
     /// (`--allow-private-upstreams`; see [`crate::egress`]).
     pub egress: crate::egress::Egress,
@@ -149,6 +158,15 @@ pub struct RawServe {
     pub public_url: Option<String>,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// None: derived from `open_files` (see [`crate::capacity`]).
+    pub max_connections: Option<usize>,
+    /// None: half of `--max-connections`.
+    pub max_connections_per_source: Option<usize>,
+    /// None: [`crate::capacity::DEFAULT_BODY_MEMORY`], or
+    /// `--max-body-bytes` if larger.
+    pub max_body_memory: Option<usize>,
+    /// The process's descriptor limit, when it has one.
+    pub open_files: Option<u64>,
     pub allow_private_upstreams: bool,
     pub allow_range: bool,
     /// `off` or `set`.
@@ -283,6 +301,15 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
     if raw.tools_list_max_bytes == 0 {
         return Err(ConfigError::Zero("--tools-list-max-bytes"));
     }
+    let max_connections = raw
+        .max_connections
+        .unwrap_or_else(|| crate::capacity::default_max_connections(raw.open_files));
+    let max_body_memory = raw
+        .max_body_memory
+        .unwrap_or(crate::capacity::DEFAULT_BODY_MEMORY.max(raw.max_body_bytes));
+    if max_body_memory != 0 && max_body_memory < raw.max_body_bytes {
+        return Err(ConfigError::BodyMemory(max_body_memory, raw.max_body_bytes));
+    }
     for (v, name) in [
         (raw.max_headers, "--max-headers"),
         (raw.max_header_bytes, "--max-header-bytes"),
@@ -329,6 +356,11 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         public_url,
         allowed_origins,
         max_body_bytes: raw.max_body_bytes,
+        max_connections,
+        max_connections_per_source: raw.max_connections_per_source.unwrap_or_else(|| {
+            crate::capacity::default_max_connections_per_source(max_connections)
+        }),
+        max_body_memory,
         egress: crate::egress::Egress {
             allow_private: raw.allow_private_upstreams,
         },
@@ -377,6 +409,10 @@ impl RawServe {
             public_url: None,
             allowed_origins: vec![],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_connections: None,
+            max_connections_per_source: None,
+            max_body_memory: None,
+            open_files: None,
             allow_private_upstreams: false,
             allow_range: false,
             forwarded: "off".into(),
@@ -477,6 +513,30 @@ mod tests {
             "--authorizer-failure \"allow\": use deny or ask"
         );
         assert!(parse_serve(raw()).unwrap().authorizer.is_none());
+    }
+
+    #[test]
+    fn capacity_defaults_and_checks() {
+        let mut r = raw();
+        r.open_files = Some(1024);
+        let c = parse_serve(r).unwrap();
+        assert_eq!(
+            (c.max_connections, c.max_connections_per_source),
+            (480, 240)
+        );
+        assert_eq!(c.max_body_memory, 256 * 1024 * 1024);
+        let mut r = raw();
+        r.max_connections = Some(0);
+        r.max_body_bytes = 512 * 1024 * 1024;
+        let c = parse_serve(r).unwrap();
+        assert_eq!((c.max_connections, c.max_connections_per_source), (0, 0));
+        assert_eq!(c.max_body_memory, 512 * 1024 * 1024);
+        let mut r = raw();
+        r.max_body_memory = Some(1024);
+        assert_eq!(
+            parse_serve(r).unwrap_err(),
+            ConfigError::BodyMemory(1024, DEFAULT_MAX_BODY_BYTES)
+        );
     }
 
     #[test]

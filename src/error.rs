@@ -63,6 +63,10 @@ pub enum ProxyError {
     AuditUnavailable,
     #[error("request body too large: the limit is {0} bytes")]
     PayloadTooLarge(usize),
+    /// The memory for request bodies across all requests is in use
+    /// (`--max-body-memory`; see [`crate::capacity::BodyMemory`]).
+    #[error("service unavailable: the memory tessera sets aside for request bodies (--max-body-memory) is in use by other requests, so this one was not read nor forwarded; retry after the time in Retry-After")]
+    BodyMemory,
     #[error("parse error: the request body is not valid JSON")]
     ParseError,
     #[error("invalid request: {0}")]
@@ -236,7 +240,7 @@ impl ProxyError {
             NotFound | SessionUnknown => StatusCode::NOT_FOUND,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
             ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
-            ApprovalUnavailable | AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApprovalUnavailable | AuditUnavailable | BodyMemory => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UriTooLong(_) => StatusCode::URI_TOO_LONG,
@@ -281,6 +285,7 @@ impl ProxyError {
             Held(_) | ToolHeld { .. } => -32005,
             ApprovalUnavailable => -32012,
             AuditUnavailable => -32013,
+            BodyMemory => -32014,
             NotFound => -32004,
             UpstreamUnreachable { .. }
             | UpstreamForbidden { .. }
@@ -310,6 +315,7 @@ impl ProxyError {
             ToolsList { .. } => "tools_list",
             TokenEndpoint { .. } => "token_endpoint",
             PayloadTooLarge(_) => "too_large",
+            BodyMemory => "body_memory",
             ParseError => "parse",
             InvalidRequest(_) => "invalid",
             SubPath(rule) => rule.reason(),
@@ -393,6 +399,9 @@ impl ProxyError {
             }
             ProxyError::ApprovalUnavailable | ProxyError::AuditUnavailable => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(DB_RETRY_AFTER_S));
+            }
+            ProxyError::BodyMemory => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(1));
             }
             ProxyError::RequestTimeout(_) | ProxyError::HeadersTooLarge(..) => {
                 // The connection's state is unknown (half a body, a head

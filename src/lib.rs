@@ -44,6 +44,7 @@ pub mod authn;
 pub mod authz;
 pub mod body;
 pub mod canonical;
+pub mod capacity;
 pub mod changes;
 pub mod config;
 pub mod console;

@@ -251,6 +251,21 @@ struct ServeArgs {
     allowed_origins: Vec<String>,
     #[arg(long, env = "TESSERA_MAX_BODY_BYTES", default_value_t = config::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// Data-plane connections open at once (default: half the descriptor
+    /// limit left after 64, at most 4096; 0: no limit). Over it, the
+    /// oldest idle connection makes room, else new ones wait.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Data-plane connections one source address (an IPv6 /64) may have
+    /// open (default: half of --max-connections; 0: no limit). Over it,
+    /// the source's oldest idle connection makes room, else 503.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS_PER_SOURCE")]
+    max_connections_per_source: Option<usize>,
+    /// Bytes of request bodies held in memory at once, across all requests
+    /// (default: 256 MiB, or --max-body-bytes if larger; 0: no limit).
+    /// Over it, 503 with Retry-After.
+    #[arg(long, env = "TESSERA_MAX_BODY_MEMORY")]
+    max_body_memory: Option<usize>,
     /// Header fields a request may carry (431 above).
     #[arg(long, env = "TESSERA_MAX_HEADERS", default_value_t = config::DEFAULT_MAX_HEADERS)]
     max_headers: usize,
@@ -1120,7 +1135,13 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
         .with_context(|| format!("binding {}", cfg.listen))?;
     let (stop_admin, admin_stopped) = tokio::sync::watch::channel(());
     serve_admin(&state, a.admin_listen, admin_stopped).await?;
-    tracing::info!(listen = %listener.local_addr()?, public_url = %cfg.public_url, "tessera serving");
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        public_url = %cfg.public_url,
+        max_connections = cfg.max_connections,
+        max_connections_per_source = cfg.max_connections_per_source,
+        "tessera serving"
+    );
     // Start-up lines are shown at once, not a second later.
     log.flush();
     let stopping = async {
@@ -1196,6 +1217,10 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         public_url: a.public_url.clone(),
         allowed_origins: a.allowed_origins.clone(),
         max_body_bytes: a.max_body_bytes,
+        max_connections: a.max_connections,
+        max_connections_per_source: a.max_connections_per_source,
+        max_body_memory: a.max_body_memory,
+        open_files: tessera::capacity::open_files_limit(),
         allow_private_upstreams: a.egress.allow_private_upstreams,
         allow_range: a.allow_range,
         forwarded: a.forwarded.clone(),

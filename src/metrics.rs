@@ -32,7 +32,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Every refusal reason [`crate::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 42] = [
+pub const REASONS: [&str; 45] = [
     "method",
     "not_found",
     "origin",
@@ -75,6 +75,9 @@ pub const REASONS: [&str; 42] = [
     "path_dot_segment",
     "path_empty_segment",
     "query_credential",
+    "body_memory",
+    "source_connections",
+    "connection_evicted",
 ];
 
 /// The process's counters.
@@ -362,6 +365,7 @@ mod tests {
             ProxyError::NotFound,
             ProxyError::Unauthorized,
             ProxyError::PayloadTooLarge(1),
+            ProxyError::BodyMemory,
             ProxyError::ParseError,
             ProxyError::RequestBody,
             ProxyError::ApprovalUnavailable,

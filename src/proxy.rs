@@ -236,10 +236,16 @@ async fn proxy(
     crate::session::for_upstream(state.master_key(), owner, &mut parts.headers)?;
 
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
-    // read it once, inspect it, forward that same buffer.
-    let body = tokio::time::timeout(
+    // read it once, inspect it, forward that same buffer. Its bytes are
+    // reserved from the body memory of all requests until this returns.
+    let (body, _body_memory) = tokio::time::timeout(
         limits.body_timeout,
-        read_bounded(&parts.headers, body, state.config.max_body_bytes),
+        read_bounded(
+            &parts.headers,
+            body,
+            state.config.max_body_bytes,
+            &state.body_memory,
+        ),
     )
     .await
     .map_err(|_| ProxyError::RequestTimeout(limits.body_timeout.as_millis() as u64))??;
@@ -865,12 +871,15 @@ async fn enforce(
 
 /// Read a request body up to `max` bytes: a declared `Content-Length` over
 /// the limit is refused before reading; a body that grows past it is
-/// refused when it does.
-async fn read_bounded(
+/// refused when it does. Its bytes are reserved from `memory` (a declared
+/// length before reading, a chunked body's bytes as they arrive); over
+/// the budget, 503 and the rest is not read.
+async fn read_bounded<'m>(
     headers: &HeaderMap,
     body: Incoming,
     max: usize,
-) -> Result<Bytes, ProxyError> {
+    memory: &'m crate::capacity::BodyMemory,
+) -> Result<(Bytes, crate::capacity::Held<'m>), ProxyError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -878,11 +887,34 @@ async fn read_bounded(
     if declared.is_some_and(|n| n > max as u64) {
         return Err(ProxyError::PayloadTooLarge(max));
     }
-    match Limited::new(body, max).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ProxyError::PayloadTooLarge(max))
+    let mut held = memory
+        .reserve(declared.map_or(0, |n| n as usize))
+        .ok_or(ProxyError::BodyMemory)?;
+    let mut body = Limited::new(body, max);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut read = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ProxyError::PayloadTooLarge(max)
+            } else {
+                ProxyError::RequestBody
+            }
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        read += data.len();
+        if read > held.bytes() && !held.grow(read - held.bytes()) {
+            return Err(ProxyError::BodyMemory);
         }
-        Err(_) => Err(ProxyError::RequestBody),
+        chunks.push(data);
     }
+    // One chunk is passed on as it is; several are joined once.
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => chunks.concat().into(),
+    };
+    Ok((bytes, held))
 }

@@ -19,6 +19,11 @@
 //!   written, and hyper sees the connection end: the request never reaches
 //!   the handler, let alone the upstream.
 //!
+//! Two more are given for [`crate::capacity::Connections`]: a 503 for a
+//! connection over `--max-connections-per-source` ([`HeadAnswers::refuse`],
+//! before any request is read), and a 503 rather than the 408 for a
+//! half-sent head whose connection was evicted to make room for another.
+//!
 //! [`Watched`] follows each exchange just enough for both: bytes read since
 //! tessera last wrote, and no blank line (the head's end) among them yet,
 //! plus a count of the two framing headers among the head's lines. A head
@@ -42,23 +47,34 @@ use crate::metrics::{Metrics, Outcome};
 pub struct HeadAnswers {
     timeout: Bytes,
     framing: Bytes,
+    over_source: Bytes,
+    evicted: Bytes,
     metrics: Arc<Metrics>,
 }
 
 /// A complete response that closes the connection, with a JSON-RPC body.
 fn closing_response(status: &str, message: &str) -> Bytes {
+    closing_response_with(status, -32600, "", message)
+}
+
+/// The same, with a JSON-RPC `code` and `extra` header lines (each ending
+/// in CRLF).
+fn closing_response_with(status: &str, code: i32, extra: &str, message: &str) -> Bytes {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {"code": -32600, "message": message},
+        "error": {"code": code, "message": message},
     })
     .to_string();
     Bytes::from(format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+         content-length: {}\r\n{extra}connection: close\r\n\r\n{body}",
         body.len()
     ))
 }
+
+/// The JSON-RPC code of tessera's connection-limit answers.
+pub const CONNECTIONS_CODE: i32 = -32015;
 
 impl HeadAnswers {
     pub fn new(timeout: std::time::Duration, metrics: Arc<Metrics>) -> Arc<HeadAnswers> {
@@ -76,19 +92,49 @@ impl HeadAnswers {
                  once, or with Transfer-Encoding); send one Content-Length, or \
                  Transfer-Encoding: chunked alone",
             ),
+            over_source: closing_response_with(
+                "503 Service Unavailable",
+                CONNECTIONS_CODE,
+                "retry-after: 1\r\n",
+                "service unavailable: this source has as many connections open as tessera \
+                 allows one source (--max-connections-per-source), each with a request in \
+                 progress; retry once one ends",
+            ),
+            evicted: closing_response_with(
+                "503 Service Unavailable",
+                CONNECTIONS_CODE,
+                "retry-after: 1\r\n",
+                "service unavailable: tessera is at its connection limit and closed this \
+                 connection, whose request head was not complete, to make room for another; \
+                 send the whole head at once",
+            ),
             metrics,
         })
     }
 
+    /// Answers a connection over `--max-connections-per-source` (it is
+    /// then closed, before a request was read).
+    pub fn refuse(&self, io: &TcpStream) {
+        self.send(
+            io,
+            &self.over_source,
+            503,
+            "source_connections",
+            "a connection over the per-source connection limit",
+        );
+    }
+
     /// Writes `response` if the socket takes it at once, and counts it.
-    fn send(&self, io: &TcpStream, status: u16, reason: &'static str, what: &str) {
+    fn send(
+        &self,
+        io: &TcpStream,
+        response: &Bytes,
+        status: u16,
+        reason: &'static str,
+        what: &str,
+    ) {
         // A few hundred bytes into a socket's send buffer: written at once
         // or not at all (the client may be gone), never waited for.
-        let response = if status == 408 {
-            &self.timeout
-        } else {
-            &self.framing
-        };
         let _ = io.try_write(response);
         self.metrics.request(Outcome::Refused, status, Some(reason));
         tracing::info!(
@@ -247,15 +293,22 @@ pub struct Watched {
     head: Head,
     scan: Scan,
     answers: Arc<HeadAnswers>,
+    /// Whether the connection was evicted (see [`crate::capacity`]).
+    slot: Arc<crate::capacity::Slot>,
 }
 
 impl Watched {
-    pub fn new(io: TcpStream, answers: Arc<HeadAnswers>) -> Watched {
+    pub fn new(
+        io: TcpStream,
+        answers: Arc<HeadAnswers>,
+        slot: Arc<crate::capacity::Slot>,
+    ) -> Watched {
         Watched {
             io,
             head: Head::Awaited,
             scan: Scan::default(),
             answers,
+            slot,
         }
     }
 
@@ -303,6 +356,7 @@ impl AsyncRead for Watched {
             this.head = Head::Refused;
             this.answers.send(
                 &this.io,
+                &this.answers.framing,
                 400,
                 "framing",
                 "the request head framed its body twice",
@@ -346,9 +400,18 @@ impl AsyncWrite for Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        if self.head == Head::Partial {
+        if self.head == Head::Partial && self.slot.evicted() {
             self.answers.send(
                 &self.io,
+                &self.answers.evicted,
+                503,
+                "connection_evicted",
+                "an idle connection with a half-sent head closed to make room",
+            );
+        } else if self.head == Head::Partial {
+            self.answers.send(
+                &self.io,
+                &self.answers.timeout,
                 408,
                 "request_timeout",
                 "the request head did not arrive in time",

@@ -41,6 +41,8 @@ pub struct State {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Failed authentication by source and by address.
     pub auth_throttle: crate::limits::AuthThrottle,
+    /// The memory of request bodies being read (`--max-body-memory`).
+    pub body_memory: crate::capacity::BodyMemory,
     /// Notified once at shutdown: open event streams end cleanly.
     pub draining: Arc<tokio::sync::Notify>,
     /// The public URL's host, lowercase, for the Host check.
@@ -102,6 +104,7 @@ impl State {
             key,
             metrics: Arc::default(),
             auth_throttle: crate::limits::AuthThrottle::default(),
+            body_memory: crate::capacity::BodyMemory::new(config.max_body_memory),
             draining: Arc::default(),
             snapshot: shared,
             public_host,
@@ -234,6 +237,12 @@ pub async fn run(
         state.config.limits.header_timeout,
         state.metrics.clone(),
     );
+    // The connection caps (see `crate::capacity`): idle connections make
+    // room for new ones; busy ones are never cut.
+    let connections = crate::capacity::Connections::new(
+        state.config.max_connections,
+        state.config.max_connections_per_source,
+    );
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -249,22 +258,50 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
+        // Over its source's cap with none of the source's connections idle:
+        // answered 503 and closed. At the total cap with none idle, this
+        // waits for a connection to end, accepting nothing meanwhile.
+        let place = tokio::select! {
+            admitted = connections.admit(peer.ip()) => match admitted {
+                Ok(place) => place,
+                Err(crate::capacity::OverSource) => {
+                    head_answers.refuse(&stream);
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
+        let slot = place.slot().clone();
         let svc = service_fn(move |req| {
+            // The connection is busy (never evicted) from the head's
+            // arrival until the response body is dropped.
+            let busy = slot.busy();
             // Boxed per request: hyper keeps the slot for the service's
             // future allocated for the connection's whole life, so an
             // unboxed handler would cost every idle open stream its size.
             let handled = Box::pin(crate::proxy::handle(state.clone(), req, peer.ip()));
-            async move { Ok::<_, std::convert::Infallible>(handled.await) }
+            async move {
+                let resp = handled.await;
+                Ok::<_, std::convert::Infallible>(
+                    resp.map(|b| crate::capacity::WhileBusy::new(b, busy)),
+                )
+            }
         });
-        let io = crate::raw_head::Watched::new(stream, head_answers.clone());
+        let io = crate::raw_head::Watched::new(stream, head_answers.clone(), place.slot().clone());
         let conn = builder.serve_connection(TokioIo::new(io), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                },
+                () = place.evicted() => {
+                    tracing::debug!("an idle connection closed to make room for another");
+                }
             }
+            drop(place);
         });
     }
     drop(listener);

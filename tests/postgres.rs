@@ -13,6 +13,8 @@ mod approvals;
 mod attack;
 #[path = "it/audit.rs"]
 mod audit;
+#[path = "it/capacity.rs"]
+mod capacity;
 #[path = "it/cli.rs"]
 mod cli;
 #[path = "it/config_file.rs"]

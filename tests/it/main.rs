@@ -5,6 +5,7 @@ mod admin_api;
 mod approvals;
 mod attack;
 mod audit;
+mod capacity;
 mod cli;
 mod config_file;
 mod console;
