@@ -18,9 +18,16 @@ let logged;
 const firstLog = new Promise((resolve) => (logged = resolve));
 client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logged(n.params));
 
+// tessera binds the upstream's session id to the caller: the client sees
+// `<upstream id>.<tag>`, the upstream its own id.
+const upstreamSession = (sid) => sid.slice(0, sid.lastIndexOf("."));
+
 await check("ts-sdk-1: initialize opens a session through tessera", async () => {
   await client.connect(transport);
   expect(transport.sessionId, "no Mcp-Session-Id came back");
+  const seen = upstreamLog(env("PEERS_UPSTREAM_LOG")).map((r) => r.session);
+  expect(!seen.includes(transport.sessionId), "the upstream saw the caller's bound session id");
+  expect(seen.includes(upstreamSession(transport.sessionId)), "the upstream never saw its own session id");
   expect(transport.protocolVersion === "2025-11-25", `negotiated ${transport.protocolVersion}`);
 });
 
@@ -53,7 +60,7 @@ await check("ts-sdk-1: a server notification arrives on the GET stream", async (
   ]);
   await client.callTool({ name: "toggle-simulated-logging", arguments: {} });
   const gets = upstreamLog(env("PEERS_UPSTREAM_LOG")).filter(
-    (r) => r.method === "GET" && r.session === transport.sessionId,
+    (r) => r.method === "GET" && r.session === upstreamSession(transport.sessionId),
   );
   expect(gets.length > 0, "the upstream never saw the GET stream");
 });
@@ -124,7 +131,9 @@ await check("ts-sdk-1: a broken stream resumes with Last-Event-ID", async () => 
 await check("ts-sdk-1: DELETE ends the session upstream", async () => {
   const sid = transport.sessionId;
   await transport.terminateSession();
-  const dels = upstreamLog(env("PEERS_UPSTREAM_LOG")).filter((r) => r.method === "DELETE" && r.session === sid);
+  const dels = upstreamLog(env("PEERS_UPSTREAM_LOG")).filter(
+    (r) => r.method === "DELETE" && r.session === upstreamSession(sid),
+  );
   expect(dels.length === 1, `upstream saw ${dels.length} DELETEs`);
   // The ended session is gone upstream (server-everything answers 400).
   const r = await fetch(url, {
