@@ -316,6 +316,7 @@ async fn proxy(
     let lists = messages
         .iter()
         .any(|m| m.method.as_deref() == Some("tools/list"));
+    let get_stream = parts.method == http::Method::GET;
     // What a filter built after the answer's head needs of the request
     // (reference-counted copies).
     let (list_version, list_origin) = (
@@ -418,11 +419,24 @@ async fn proxy(
     }
     // Read as a client would (media types ignore letter case), so no
     // spelling of it streams past the filter below.
+    // JavaScript's `trim()` also drops a no-break space (0xA0) and a
+    // vertical tab (found by the attack review).
     let event_stream = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| {
-        let v = v.as_bytes().trim_ascii_start();
+        let v = v.as_bytes();
+        let blank = |b: &u8| b.is_ascii_whitespace() || matches!(b, 0x0b | 0xa0);
+        let v = &v[v.iter().position(|b| !blank(b)).unwrap_or(v.len())..];
         v.get(..17)
             .is_some_and(|t| t.eq_ignore_ascii_case(b"text/event-stream"))
     });
+    // An event stream is UTF-8, as tessera reads it; a client that decodes
+    // it in the charset a Content-Type names (Python's `httpx`) would read
+    // another text than the one filtered (found by the attack review).
+    if event_stream {
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/event-stream"),
+        );
+    }
     // The caller's request counts as in flight until this body ends.
     let body = Metered::new(
         redactor
@@ -437,7 +451,9 @@ async fn proxy(
     // event: the SDKs route a result by its JSON-RPC id, whichever stream
     // it arrives on, so a tools/list result on a ping's stream or the GET
     // stream reaches the caller as the list (`crate::tool_list`).
-    let tool_filter = (lists || event_stream).then(|| {
+    // The TypeScript SDK reads any 2xx answer to its GET as SSE, whatever
+    // its Content-Type says: so does tessera (found by the attack review).
+    let tool_filter = (lists || event_stream || get_stream).then(|| {
         fn text(v: &Option<http::HeaderValue>) -> Option<&str> {
             v.as_ref().and_then(|v| v.to_str().ok())
         }
@@ -451,6 +467,7 @@ async fn proxy(
             state.config.tools_list_max_bytes,
         )
         .with_path(&r.sub_path)
+        .read_as_sse(get_stream)
     });
     let body = match tool_filter {
         None => body.boxed(),

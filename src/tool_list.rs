@@ -39,6 +39,7 @@ use serde_json::Value;
 
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::body::{full, ProxyBody};
+use crate::canonical::fold_eq;
 use crate::policy::CedarAuthorizer;
 use crate::pool::BoxError;
 use crate::snapshot::{Caller, Snapshot};
@@ -71,6 +72,8 @@ pub struct ToolFilter {
     time: SystemTime,
     max_bytes: usize,
     path: String,
+    /// Read a success answer as SSE whatever its Content-Type says.
+    sse: bool,
 }
 
 impl ToolFilter {
@@ -94,6 +97,7 @@ impl ToolFilter {
             time: SystemTime::now(),
             max_bytes,
             path: String::new(),
+            sse: false,
         }
     }
 
@@ -101,6 +105,13 @@ impl ToolFilter {
     /// may be called there.
     pub fn with_path(mut self, path: &str) -> ToolFilter {
         self.path = path.to_string();
+        self
+    }
+
+    /// Read a success answer as SSE whatever its Content-Type says (the
+    /// answer to a GET: the TypeScript SDK reads it so).
+    pub fn read_as_sse(mut self, sse: bool) -> ToolFilter {
+        self.sse = sse;
         self
     }
 
@@ -132,21 +143,39 @@ impl ToolFilter {
     fn filter_value(&self, v: &mut Value) -> usize {
         match v {
             Value::Array(items) => items.iter_mut().map(|m| self.filter_value(m)).sum(),
+            // Go's `encoding/json` (Go MCP clients) reads `Result`,
+            // `TOOLS`, `toolſ` and `Name` as `result`, `tools` and `name`
+            // (`crate::canonical`): every member that folds to one is read
+            // (found by the attack review).
             Value::Object(m) => {
-                let Some(Value::Array(tools)) = m
-                    .get_mut("result")
-                    .and_then(|r| r.as_object_mut())
-                    .and_then(|r| r.get_mut("tools"))
-                else {
-                    return 0;
-                };
-                // A tool without a string name cannot be checked: it goes.
-                tools.retain(|t| {
-                    t.get("name")
-                        .and_then(Value::as_str)
-                        .is_some_and(|n| self.allows(n))
-                });
-                1
+                let mut seen = 0;
+                let results = m
+                    .iter_mut()
+                    .filter(|(k, _)| fold_eq(k, "result"))
+                    .filter_map(|(_, r)| r.as_object_mut());
+                for r in results {
+                    let lists = r
+                        .iter_mut()
+                        .filter(|(k, _)| fold_eq(k, "tools"))
+                        .filter_map(|(_, t)| t.as_array_mut());
+                    for tools in lists {
+                        // A tool without one string name cannot be
+                        // checked: it goes.
+                        tools.retain(|t| {
+                            let mut names = t
+                                .as_object()
+                                .into_iter()
+                                .flatten()
+                                .filter(|(k, _)| fold_eq(k, "name"));
+                            match (names.next(), names.next()) {
+                                (Some((_, Value::String(n))), None) => self.allows(n),
+                                _ => false,
+                            }
+                        });
+                        seen += 1;
+                    }
+                }
+                seen
             }
             _ => 0,
         }
@@ -194,6 +223,7 @@ impl ToolFilter {
         let essence = ctype.split(';').next().unwrap_or("").trim();
         headers.remove(header::CONTENT_LENGTH);
         match essence {
+            _ if self.sse => Ok(Sse::new(body, self).boxed()),
             "text/event-stream" => Ok(Sse::new(body, self).boxed()),
             "application/json" => {
                 let max = self.max_bytes;
@@ -269,6 +299,14 @@ fn event_end(b: &[u8]) -> Option<usize> {
     None
 }
 
+/// Whether `b` holds `tool` in any letter case.
+fn names_tools(b: &[u8]) -> bool {
+    memchr::memchr2_iter(b't', b'T', b).any(|i| {
+        b.get(i + 1..i + 4)
+            .is_some_and(|rest| rest.eq_ignore_ascii_case(b"ool"))
+    })
+}
+
 /// Rewrite one event: its data lines, joined, are one JSON text; a
 /// rewritten one becomes a single `data:` line where the first was.
 /// `Ok(None)`: pass it as it is. An event that could hold a `tools`
@@ -277,7 +315,9 @@ fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, Li
     // A member named `tools` is spelled so in the bytes, or with an
     // escape (`tool\u0073`); an event with neither cannot list tools, and
     // is passed unparsed (most progress and log events).
-    if memchr::memmem::find(event, b"tools").is_none() && memchr::memchr(b'\\', event).is_none() {
+    // Ignoring letter case, as a Go client reads it (`toolſ` too: no
+    // other character folds to `t`, `o` or `l`).
+    if !names_tools(event) && memchr::memchr(b'\\', event).is_none() {
         return Ok(None);
     }
     // Bad UTF-8 would reach a client as U+FFFD: not something tessera read.
