@@ -38,9 +38,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 /// not a caller's connection: the listeners, the database's pool, the
 /// admin API's connections, the log, the policy folder and the runtime.
 pub const RESERVED_DESCRIPTORS: u64 = 64;
-/// The default `--max-connections` when the descriptor limit allows more
-/// (or is unknown): each open connection costs some 10–30 KiB (hyper's
-/// buffers, the task), so this bounds idle connections at about 100 MiB.
+/// The default `--max-connections` when the descriptor limit is unknown.
+/// A known limit bounds the default by itself: a sidecar whose operator
+/// raised `ulimit -n` to hold 10,000 idle agent streams (about 17 KiB
+/// each, BENCHMARKS.md) gets them.
 pub const MAX_DEFAULT_CONNECTIONS: usize = 4096;
 /// The least default `--max-connections`, whatever the descriptor limit.
 pub const MIN_DEFAULT_CONNECTIONS: usize = 16;
@@ -62,25 +63,31 @@ pub fn open_files_limit() -> Option<u64> {
 
 /// The default `--max-connections`: half the descriptors left after
 /// [`RESERVED_DESCRIPTORS`], since each connection with a request in
-/// flight may hold an upstream connection too; at most
-/// [`MAX_DEFAULT_CONNECTIONS`].
+/// flight may hold an upstream connection too ([`MAX_DEFAULT_CONNECTIONS`]
+/// when the limit is unknown or unlimited).
 pub fn default_max_connections(open_files: Option<u64>) -> usize {
     match open_files {
-        None => MAX_DEFAULT_CONNECTIONS,
-        Some(n) => {
+        Some(n) if n < u64::from(u32::MAX) => {
             let half = n.saturating_sub(RESERVED_DESCRIPTORS) / 2;
             usize::try_from(half)
                 .unwrap_or(usize::MAX)
-                .clamp(MIN_DEFAULT_CONNECTIONS, MAX_DEFAULT_CONNECTIONS)
+                .max(MIN_DEFAULT_CONNECTIONS)
         }
+        _ => MAX_DEFAULT_CONNECTIONS,
     }
 }
 
 /// The default `--max-connections-per-source`: half the total (none when
-/// the total is unlimited). One source can hold at most half the places,
-/// whatever it does; on a loopback listener every caller is 127.0.0.1 and
-/// shares that half (see README, Limits on callers).
-pub fn default_max_connections_per_source(max_connections: usize) -> usize {
+/// the total is unlimited), so one source holds at most half the places
+/// whatever it does. On a loopback listener (the sidecar default) every
+/// caller is one source, 127.0.0.1, so a per-source cap there would only
+/// be a second, smaller total: it is the total; the oldest idle
+/// connections making room is what keeps a flood from locking callers
+/// out (see README, Limits on callers).
+pub fn default_max_connections_per_source(max_connections: usize, loopback: bool) -> usize {
+    if loopback {
+        return max_connections;
+    }
     (max_connections / 2).max(usize::from(max_connections > 0))
 }
 
@@ -447,12 +454,13 @@ mod tests {
         assert_eq!(default_max_connections(Some(1024)), 480);
         assert_eq!(default_max_connections(Some(256)), 96);
         assert_eq!(default_max_connections(Some(10)), MIN_DEFAULT_CONNECTIONS);
-        assert_eq!(default_max_connections(Some(1 << 20)), 4096);
+        assert_eq!(default_max_connections(Some(20_000)), 9968);
         assert_eq!(default_max_connections(Some(u64::MAX)), 4096);
         assert_eq!(default_max_connections(None), 4096);
-        assert_eq!(default_max_connections_per_source(480), 240);
-        assert_eq!(default_max_connections_per_source(1), 1);
-        assert_eq!(default_max_connections_per_source(0), 0);
+        assert_eq!(default_max_connections_per_source(480, false), 240);
+        assert_eq!(default_max_connections_per_source(480, true), 480);
+        assert_eq!(default_max_connections_per_source(1, false), 1);
+        assert_eq!(default_max_connections_per_source(0, false), 0);
     }
 
     #[test]

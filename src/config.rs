@@ -358,7 +358,10 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         max_body_bytes: raw.max_body_bytes,
         max_connections,
         max_connections_per_source: raw.max_connections_per_source.unwrap_or_else(|| {
-            crate::capacity::default_max_connections_per_source(max_connections)
+            crate::capacity::default_max_connections_per_source(
+                max_connections,
+                raw.listen.ip().is_loopback(),
+            )
         }),
         max_body_memory,
         egress: crate::egress::Egress {
@@ -518,6 +521,14 @@ mod tests {
     #[test]
     fn capacity_defaults_and_checks() {
         let mut r = raw();
+        r.open_files = Some(1024);
+        let c = parse_serve(r).unwrap();
+        // On loopback every caller is one source: the total applies.
+        assert_eq!(
+            (c.max_connections, c.max_connections_per_source),
+            (480, 480)
+        );
+        let mut r = RawServe::defaults("0.0.0.0:7470".parse().unwrap());
         r.open_files = Some(1024);
         let c = parse_serve(r).unwrap();
         assert_eq!(

@@ -132,10 +132,23 @@ async fn a_flood_of_half_sent_heads_leaves_a_legitimate_caller_served() {
         &up.url("/mcp"),
         "agent",
     );
-    // 256 descriptors, as a small container gives: the defaults are then
-    // 96 connections in all, 48 per source. Heads are given a minute, so
-    // nothing the flood holds is freed by the header timeout meanwhile.
-    let _served = serve_limited(dir.path(), port, 256, &["--header-timeout-ms", "60000"]).await;
+    // 256 descriptors, as a small container gives: the default is then
+    // 96 connections in all (on loopback the per-source default is the
+    // total: every local caller is 127.0.0.1); 48 per source is set here.
+    // Heads are given a minute, so nothing the flood holds is freed by the
+    // header timeout meanwhile.
+    let _served = serve_limited(
+        dir.path(),
+        port,
+        256,
+        &[
+            "--header-timeout-ms",
+            "60000",
+            "--max-connections-per-source",
+            "48",
+        ],
+    )
+    .await;
     let to = SocketAddr::from(([127, 0, 0, 1], port));
     let (tx, mut rx) = mpsc::unbounded_channel();
 
