@@ -90,6 +90,25 @@ fn needs_escape(c: char) -> bool {
         || ('\u{2066}'..='\u{2069}').contains(&c)
 }
 
+/// `s` as a terminal may show it: what [`needs_escape`] picks escaped
+/// (`\u{1b}`, `\n`, `\u{2028}`), so a value an agent chose (a tool
+/// name) cannot move the cursor, colour a table or start a line of its
+/// own in a listing. Borrowed when nothing needs escaping.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(needs_escape) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A JSON string: quoted, with `"`, `\` and what [`needs_escape`] picks
 /// escaped (`\u2028`: JSON allows it raw, but a JavaScript or
 /// Unicode-aware reader breaks the line there).
@@ -498,6 +517,18 @@ mod tests {
         assert_eq!(v["ok"], true);
         assert!(v.get("forged").is_none());
         assert!(v["time"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn printable_escapes_what_a_terminal_would_act_on() {
+        assert!(matches!(
+            printable("write_file"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            printable("w\u{1b}[31mEVIL\nfake\u{2028}\u{202e}x"),
+            "w\\u{1b}[31mEVIL\\nfake\\u{2028}\\u{202e}x"
+        );
     }
 
     #[test]

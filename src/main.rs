@@ -1175,8 +1175,19 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
 }
 
 /// Rows under a header, each column as wide as its widest cell (names of
-/// any length stay aligned), the last column unpadded.
+/// any length stay aligned), the last column unpadded. Cells are shown
+/// printable (`logging::printable`): a tool name an agent chose cannot
+/// colour the table or split a row in two.
 fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| tessera::logging::printable(c).into_owned())
+                .collect()
+        })
+        .collect();
+    let rows = &rows;
     let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in width.iter_mut().zip(row) {
@@ -1430,17 +1441,20 @@ async fn audit(
                 println!("{}", serde_json::to_string(r)?);
             } else {
                 let at = std::time::UNIX_EPOCH + Duration::from_millis(r.at.max(0) as u64);
+                // Method, tool and reason are an agent's words: printable.
+                let p =
+                    |s: Option<&str>| tessera::logging::printable(s.unwrap_or("-")).into_owned();
                 println!(
                     "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} {}",
                     tessera::logging::rfc3339(at),
                     r.caller,
                     r.connection.chars().take(8).collect::<String>(),
                     r.http_method,
-                    r.rpc_method.as_deref().unwrap_or("-"),
-                    r.tool.as_deref().unwrap_or("-"),
+                    p(r.rpc_method.as_deref()),
+                    p(r.tool.as_deref()),
                     r.verdict,
                     r.status,
-                    r.reason.as_deref().unwrap_or("-"),
+                    p(r.reason.as_deref()),
                 );
             }
         }

@@ -521,3 +521,52 @@ async fn pending_approvals_are_capped_per_caller() {
     assert_eq!(s, 200, "{v}");
     approval_in(&v);
 }
+
+/// A tool name is an agent's words: in `approval list` and `audit` it is
+/// shown printable, so an escape sequence or a line break in it cannot
+/// colour the approver's table or forge a row (found by the new-user
+/// review).
+#[tokio::test]
+async fn an_agents_tool_name_cannot_forge_the_approvers_listing() {
+    let up = Upstream::start().await;
+    let ask = r#"@id("ask-all") @ask
+permit (principal, action == Action::"tools/call", resource);"#;
+    let policies = tessera::policy::Policies::from_texts(
+        "test",
+        None,
+        vec![
+            (
+                "default.cedar".to_string(),
+                std::fs::read_to_string(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/default.cedar"),
+                )
+                .unwrap(),
+            ),
+            ("ask.cedar".to_string(), ask.to_string()),
+        ],
+    )
+    .unwrap();
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let tool = "write_\u{1b}[31mEVIL\u{1b}[0m\nap_fake00000000  pending  x\u{2028}y";
+    let body = serde_json::json!({"jsonrpc":"2.0","id":1,"method":"tools/call",
+        "params":{"name":tool,"arguments":{}}})
+    .to_string();
+    let (s, v) = post_json(&a, body).await;
+    assert_eq!(s, 200, "{v}");
+    approval_in(&v);
+    // The audit queue flushed, so `tessera audit` reads the row.
+    assert!(!audit_rows(&p).await.is_empty());
+    for args in [&["approval", "list"][..], &["audit"]] {
+        let out = ok(p.cli(args));
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{2028}'),
+            "{args:?}: {out}"
+        );
+        assert!(out.contains("write_\\u{1b}[31mEVIL"), "{args:?}: {out}");
+        assert!(
+            !out.lines().any(|l| l.starts_with("ap_fake")),
+            "{args:?}: {out}"
+        );
+    }
+}
