@@ -656,7 +656,7 @@ async fn list_approvals(
     ))
 }
 
-/// Allow the held call (same tool, same arguments) to run.
+/// Allow the held call (same tool, params, sub-path, query and session) to run.
 #[utoipa::path(post, path = "/v1/approvals/{id}/grant", tag = "approvals",
     params(IdPath), request_body(content = Option<GrantBody>),
     responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),

@@ -227,7 +227,7 @@ fn held_text(tool: &str, connection: &str, approval: &str, denied: bool) -> Stri
     if denied {
         format!("A person denied the call of tool {tool:?} on connection {connection} (approval {approval}). It has not run. Do not retry it; pick another way or ask the user.")
     } else {
-        format!("tessera is holding the call of tool {tool:?} on connection {connection} for a person's approval (approval {approval}, pending). It has not run. Once a person approves it, retry the same call with the same arguments; a different call needs its own approval.")
+        format!("tessera is holding the call of tool {tool:?} on connection {connection} for a person's approval (approval {approval}, pending). It has not run. Once a person approves it, retry the same call (same arguments, on the same path and session); a different call needs its own approval.")
     }
 }
 

@@ -178,7 +178,7 @@ enum ApprovalCmd {
         #[arg(long)]
         before: Option<String>,
     },
-    /// Allow the held call (same tool, same arguments) to run.
+    /// Allow the held call (same tool, params, sub-path, query and session) to run.
     Grant {
         id: String,
         /// How long the grant lasts: 30s, 10m, 1h, 7d.
