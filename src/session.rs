@@ -42,28 +42,24 @@ pub struct Owner<'a> {
 }
 
 impl Owner<'_> {
-    /// The MAC's message: every part length-prefixed by `MasterKey::mac`.
-    fn mac(&self, key: &MasterKey, upstream: &[u8]) -> [u8; 16] {
-        key.mac(&[
+    /// The MAC's message (each part length-prefixed by `MasterKey::mac`);
+    /// `id` holds the caller id's bytes.
+    fn message<'b>(&'b self, id: &'b [u8; 8], upstream: &'b [u8]) -> [&'b [u8]; 5] {
+        [
             b"mcp-session-id v1",
-            &self.caller_id.to_be_bytes(),
+            id,
             self.caller.as_bytes(),
             self.connection.as_bytes(),
             upstream,
-        ])
+        ]
+    }
+
+    fn mac(&self, key: &MasterKey, upstream: &[u8]) -> [u8; 16] {
+        key.mac(&self.message(&self.caller_id.to_be_bytes(), upstream))
     }
 
     fn matches(&self, key: &MasterKey, upstream: &[u8], tag: &[u8]) -> bool {
-        key.mac_matches(
-            &[
-                b"mcp-session-id v1",
-                &self.caller_id.to_be_bytes(),
-                self.caller.as_bytes(),
-                self.connection.as_bytes(),
-                upstream,
-            ],
-            tag,
-        )
+        key.mac_matches(&self.message(&self.caller_id.to_be_bytes(), upstream), tag)
     }
 }
 

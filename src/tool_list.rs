@@ -223,8 +223,7 @@ impl ToolFilter {
         let essence = ctype.split(';').next().unwrap_or("").trim();
         headers.remove(header::CONTENT_LENGTH);
         match essence {
-            _ if self.sse => Ok(Sse::new(body, self).boxed()),
-            "text/event-stream" => Ok(Sse::new(body, self).boxed()),
+            _ if self.sse || essence == "text/event-stream" => Ok(Sse::new(body, self).boxed()),
             "application/json" => {
                 let max = self.max_bytes;
                 let bytes = Limited::new(body, max)
