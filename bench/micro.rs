@@ -14,17 +14,20 @@ use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion
 use futures_util::FutureExt;
 use http::{HeaderMap, HeaderValue, Method};
 use http_body_util::BodyExt;
-use tessera::authn::{authenticate, connection_for};
+use tessera::authz::cedar::Policies;
 use tessera::authz::AuthzRequest;
-use tessera::credentials::{injection, Scheme};
-use tessera::decode::{decode_body, Coding};
-use tessera::filter::filter_response_headers;
-use tessera::forward::strip_and_inject;
-use tessera::jsonrpc::peek;
-use tessera::policy::Policies;
-use tessera::route::route;
-use tessera::secrets::{token_digest, SecretString};
-use tessera::snapshot::{Caller, Connection, Snapshot, Upstream};
+use tessera::credentials::injection;
+use tessera::crypto::keyring::SecretString;
+use tessera::crypto::tokens::token_digest;
+use tessera::model::{Caller, Connection, Upstream};
+use tessera::proxy::authn::{authenticate, connection_for};
+use tessera::proxy::forward::strip_and_inject;
+use tessera::proxy::jsonrpc::peek;
+use tessera::proxy::response::headers::filter_response_headers;
+use tessera::proxy::route::route;
+use tessera::snapshot::Snapshot;
+use tessera::store::model::Scheme;
+use tessera::wire::decode::{decode_body, Coding};
 
 const TOKEN: &str = "tsr_Jq0Xb7c2Vt9mW1pZr4sN8kL3hG6fD5aE0yU2iO7wQ1";
 const CONN: &str = "3q2xN8kLmP0vR5tY7wZ1aB4cD6eF9gH2";
@@ -37,7 +40,7 @@ fn snapshot() -> Snapshot {
     let up = Arc::new(Upstream {
         credential: "github".into(),
         url: "http://127.0.0.1:18081/mcp".parse().unwrap(),
-        auth: tessera::snapshot::Auth::Static(
+        auth: tessera::model::Auth::Static(
             injection(
                 Scheme::Bearer,
                 None,
@@ -72,7 +75,7 @@ fn snapshot() -> Snapshot {
             },
         );
     }
-    let entities = tessera::policy::entities(
+    let entities = tessera::authz::cedar::entities(
         callers.values().map(|c| &**c),
         connections.iter().map(|(id, c)| (id.as_str(), c)),
         Policies::builtin().schema(),
@@ -229,24 +232,24 @@ fn benches(c: &mut Criterion) {
         });
     }
     c.bench_function("audit arguments digest (SHA-256 as sent)", |b| {
-        b.iter(|| tessera::audit::sha256_hex(black_box(m.arguments().unwrap().as_bytes())))
+        b.iter(|| tessera::crypto::tokens::sha256_hex(black_box(m.arguments().unwrap().as_bytes())))
     });
     // Part of every peek above: the arguments walked for names equal
     // ignoring letter case (issue 23).
     c.bench_function("arguments: member-name check (every tools/call)", |b| {
-        b.iter(|| tessera::canonical::check(black_box(m.arguments().unwrap())))
+        b.iter(|| tessera::authz::canonical::check(black_box(m.arguments().unwrap())))
     });
     // What a policy set that reads `context.arguments` adds per decision.
     c.bench_function(
         "arguments: canonical JSON text (sets that read arguments)",
-        |b| b.iter(|| tessera::canonical::canonical(black_box(m.arguments().unwrap()))),
+        |b| b.iter(|| tessera::authz::canonical::canonical(black_box(m.arguments().unwrap()))),
     );
     c.bench_function(
         "approval key (params read again, canonical JSON + SHA-256; held calls only)",
         |b| {
             b.iter(|| {
-                let params = tessera::approvals::params_of(black_box(TOOLS_CALL)).unwrap();
-                tessera::approvals::call_digest(&tessera::approvals::Call {
+                let params = tessera::authz::approvals::params_of(black_box(TOOLS_CALL)).unwrap();
+                tessera::authz::approvals::call_digest(&tessera::authz::approvals::Call {
                     sub_path: "",
                     query: None,
                     params: params[0],
@@ -307,7 +310,7 @@ fn audit_batch(c: &mut Criterion) {
         .block_on(tessera::store::Store::open_data_dir(dir.path()))
         .unwrap();
     let rows: Vec<_> = (0..512)
-        .map(|i| tessera::audit::AuditRecord {
+        .map(|i| tessera::store::model::AuditRecord {
             id: 0,
             at: 1_796_300_000_000 + i,
             caller: format!("agent-{}", i % 16),

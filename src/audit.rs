@@ -24,31 +24,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::store::model::AuditRecord;
 use crate::store::{Backend, Store, StoreError};
-
-/// One decision, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct AuditRecord {
-    pub id: i64,
-    /// Unix milliseconds.
-    pub at: i64,
-    pub caller: String,
-    pub connection: String,
-    pub http_method: String,
-    pub rpc_method: Option<String>,
-    pub tool: Option<String>,
-    /// `allow` or `deny`.
-    pub verdict: String,
-    /// The determining policy ids, or why a request was refused.
-    pub reason: Option<String>,
-    /// Hex SHA-256 of the tool arguments' JSON text.
-    pub arguments_sha256: Option<String>,
-    /// The arguments themselves, only with `--audit-arguments`.
-    pub arguments: Option<String>,
-    /// The status the caller got (the upstream's, or tessera's own).
-    pub status: u16,
-    pub duration_us: i64,
-}
 
 // Records are nearly every item; boxing them would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -224,33 +201,6 @@ async fn write_within(
             }
         }
     }
-}
-
-/// Hex SHA-256. The audit trail digests tool arguments as sent; approvals
-/// key on the canonical form of the whole call
-/// ([`crate::approvals::call_digest`]).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let d = Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in d {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    s
-}
-
-/// Which records `tessera audit` shows.
-#[derive(Debug, Default, Clone)]
-pub struct AuditQuery {
-    pub caller: Option<String>,
-    pub connection: Option<String>,
-    /// Unix milliseconds: records at or after.
-    pub since: Option<i64>,
-    /// Records with a larger id only (for following).
-    pub after_id: Option<i64>,
-    pub limit: i64,
 }
 
 /// Parse `30s`, `15m`, `1h`, `7d` into a duration.

@@ -104,21 +104,21 @@ pub struct ServeConfig {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     /// Data-plane connections open at once, in total and per source
-    /// address (0: no limit; see [`crate::capacity`]).
+    /// address (0: no limit; see [`crate::limits::capacity`]).
     pub max_connections: usize,
     pub max_connections_per_source: usize,
     /// Bytes of request bodies held at once across all requests (503
     /// above; 0: no limit).
     pub max_body_memory: usize,
     /// Whether internal addresses and plain HTTP may be reached upstream
-    /// (`--allow-private-upstreams`; see [`crate::egress`]).
-    pub egress: crate::egress::Egress,
+    /// (`--allow-private-upstreams`; see [`crate::upstream::egress`]).
+    pub egress: crate::upstream::egress::Egress,
     /// Whether a caller's `Range` and `If-Range` reach the upstream
-    /// (`--allow-range`; see [`crate::forward::strip_and_inject`]).
+    /// (`--allow-range`; see [`crate::proxy::forward::strip_and_inject`]).
     pub allow_range: bool,
     /// Whether tessera tells the upstream the caller's address in
     /// `Forwarded` and `X-Forwarded-For` (`--forwarded set`; a caller's
-    /// own are always stripped: see [`crate::forward::set_forwarded`]).
+    /// own are always stripped: see [`crate::proxy::forward::set_forwarded`]).
     pub forwarded: bool,
     pub limits: RequestLimits,
     /// The certificate authorities upstream TLS trusts (`--upstream-roots`
@@ -158,11 +158,11 @@ pub struct RawServe {
     pub public_url: Option<String>,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
-    /// None: derived from `open_files` (see [`crate::capacity`]).
+    /// None: derived from `open_files` (see [`crate::limits::capacity`]).
     pub max_connections: Option<usize>,
     /// None: half of `--max-connections`.
     pub max_connections_per_source: Option<usize>,
-    /// None: [`crate::capacity::DEFAULT_BODY_MEMORY`], or
+    /// None: [`crate::limits::capacity::DEFAULT_BODY_MEMORY`], or
     /// `--max-body-bytes` if larger.
     pub max_body_memory: Option<usize>,
     /// The process's descriptor limit, when it has one.
@@ -303,10 +303,10 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
     }
     let max_connections = raw
         .max_connections
-        .unwrap_or_else(|| crate::capacity::default_max_connections(raw.open_files));
+        .unwrap_or_else(|| crate::limits::capacity::default_max_connections(raw.open_files));
     let max_body_memory = raw
         .max_body_memory
-        .unwrap_or(crate::capacity::DEFAULT_BODY_MEMORY.max(raw.max_body_bytes));
+        .unwrap_or(crate::limits::capacity::DEFAULT_BODY_MEMORY.max(raw.max_body_bytes));
     if max_body_memory != 0 && max_body_memory < raw.max_body_bytes {
         return Err(ConfigError::BodyMemory(max_body_memory, raw.max_body_bytes));
     }
@@ -358,13 +358,13 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         max_body_bytes: raw.max_body_bytes,
         max_connections,
         max_connections_per_source: raw.max_connections_per_source.unwrap_or_else(|| {
-            crate::capacity::default_max_connections_per_source(
+            crate::limits::capacity::default_max_connections_per_source(
                 max_connections,
                 raw.listen.ip().is_loopback(),
             )
         }),
         max_body_memory,
-        egress: crate::egress::Egress {
+        egress: crate::upstream::egress::Egress {
             allow_private: raw.allow_private_upstreams,
         },
         allow_range: raw.allow_range,

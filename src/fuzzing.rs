@@ -9,8 +9,9 @@ use std::sync::{Arc, OnceLock};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method};
 use secrecy::SecretString;
 
-use crate::credentials::{injection, Injection, Scheme};
-use crate::snapshot::{Auth, Upstream};
+use crate::credentials::{injection, Injection};
+use crate::model::{Auth, Upstream};
+use crate::store::model::Scheme;
 
 const SECRET: &str = "stored-secret-for-fuzzing";
 
@@ -30,7 +31,7 @@ fn stored() -> &'static Injection {
 /// The JSON-RPC inspector: whatever the body, `peek` answers (a message,
 /// a batch, or a refusal), and what it reports is a slice of the body.
 pub fn jsonrpc(data: &[u8]) {
-    let Ok(p) = crate::jsonrpc::peek(data) else {
+    let Ok(p) = crate::proxy::jsonrpc::peek(data) else {
         return;
     };
     for m in p.messages() {
@@ -40,18 +41,22 @@ pub fn jsonrpc(data: &[u8]) {
             assert!(serde_json::from_str::<serde::de::IgnoredAny>(args).is_ok());
             // Arguments peek accepted have one canonical form, which reads
             // as the same value and is its own canonical form.
-            let c = crate::canonical::canonical(args).expect("accepted arguments are canonical");
+            let c =
+                crate::authz::canonical::canonical(args).expect("accepted arguments are canonical");
             let value = |s: &str| serde_json::from_str::<serde_json::Value>(s).ok();
             assert_eq!(value(&c), value(args));
-            assert_eq!(crate::canonical::canonical(&c).as_deref(), Ok(c.as_str()));
+            assert_eq!(
+                crate::authz::canonical::canonical(&c).as_deref(),
+                Ok(c.as_str())
+            );
         }
     }
 }
 
 /// The SSE parser and rewriter of `tools/list` answers: see
-/// [`crate::tool_list::fuzz_events`].
+/// [`crate::proxy::response::tool_list::fuzz_events`].
 pub fn sse(data: &[u8]) {
-    crate::tool_list::fuzz_events(data);
+    crate::proxy::response::tool_list::fuzz_events(data);
 }
 
 /// The header filters, both ways. Input: lines of `name: value`.
@@ -73,7 +78,7 @@ pub fn headers(data: &[u8]) {
     // stored one is there; so are `Expect` and (by default) the range
     // headers.
     let mut out = h.clone();
-    crate::forward::strip_and_inject(&mut out, stored(), false);
+    crate::proxy::forward::strip_and_inject(&mut out, stored(), false);
     let auth: Vec<_> = out.get_all(header::AUTHORIZATION).iter().collect();
     assert_eq!(auth, [&stored().value]);
     for gone in [
@@ -89,11 +94,15 @@ pub fn headers(data: &[u8]) {
     // On the way back: no challenge, no cookie, no Location into tessera,
     // and the stored secret redacted from every value.
     let mut back = h;
-    crate::filter::filter_response_headers(&mut back);
+    crate::proxy::response::headers::filter_response_headers(&mut back);
     stored().redactor.headers(&mut back);
     let upstream = url::Url::parse("https://upstream.example/mcp").expect("a URL");
-    crate::filter::keep_locations_within_upstream(&mut back, &upstream, |host| {
-        crate::filter::host_is_tessera(host, |n| n == "localhost", [127, 0, 0, 1].into())
+    crate::proxy::response::headers::keep_locations_within_upstream(&mut back, &upstream, |host| {
+        crate::proxy::response::headers::host_is_tessera(
+            host,
+            |n| n == "localhost",
+            [127, 0, 0, 1].into(),
+        )
     });
     for gone in [
         header::WWW_AUTHENTICATE,
@@ -138,10 +147,10 @@ pub fn route(data: &[u8]) {
         Some((p, q)) => (p, Some(q)),
         None => (target, None),
     };
-    let Ok(r) = crate::route::route(&method, path) else {
+    let Ok(r) = crate::proxy::route::route(&method, path) else {
         return;
     };
-    assert!(crate::route::method_allowed(&method));
+    assert!(crate::proxy::route::method_allowed(&method));
     assert!(!r.connection_id.is_empty() && !r.connection_id.contains('/'));
     // What routing lets through holds no form a server could read
     // otherwise (`route::normalize_sub_path`).
@@ -154,10 +163,10 @@ pub fn route(data: &[u8]) {
     }
     // Normalizing is done once: the forwarded form is its own normal form.
     assert_eq!(
-        crate::route::normalize_sub_path(&r.sub_path).as_deref(),
+        crate::proxy::route::normalize_sub_path(&r.sub_path).as_deref(),
         Ok(&*r.sub_path)
     );
-    let Ok(uri) = crate::forward::upstream_uri(up, &r.sub_path, query) else {
+    let Ok(uri) = crate::proxy::forward::upstream_uri(up, &r.sub_path, query) else {
         return;
     };
     assert_eq!(uri.host(), Some("upstream.example"));
@@ -181,7 +190,7 @@ pub fn raw_head(data: &[u8]) {
         return;
     };
     let (end, content_length, transfer_encoding) =
-        crate::raw_head::scan_for_fuzzing(head, usize::from(split));
+        crate::proxy::raw_head::scan_for_fuzzing(head, usize::from(split));
     let mut fields = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut fields);
     let Ok(httparse::Status::Complete(n)) = req.parse(head) else {
@@ -212,10 +221,10 @@ pub fn raw_head(data: &[u8]) {
 /// or a case change), text around it, where it goes (a body split into
 /// frames at the input's choice and maybe gzip-coded; header values; a
 /// header cut across fields). Whatever the input, no decoding of what the
-/// redactor passes on (`crate::leaks::leak`, written apart from it) shows
+/// redactor passes on (`crate::redact::leaks::leak`, written apart from it) shows
 /// a piece of the secret of [`crate::redact::threshold`] bytes or more.
 pub fn redact(data: &[u8]) {
-    use crate::leaks::{encode_chain, leak, Encoding as E};
+    use crate::redact::leaks::{encode_chain, leak, Encoding as E};
     use http_body_util::BodyExt;
     let mut input = data.iter().copied();
     let mut next = || input.next().unwrap_or(0);

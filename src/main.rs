@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use tessera::admin::{self, CredentialSpec};
+use tessera::admin::service::{self, CredentialSpec};
+use tessera::authz::cedar::Policies;
 use tessera::config::{self, RawServe};
-use tessera::credentials::Scheme;
-use tessera::policy::Policies;
-use tessera::secrets::{ExposeSecret, MasterKey, SecretString};
+use tessera::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
+use tessera::store::model::Scheme;
 use tessera::store::Store;
 
 #[derive(Parser)]
@@ -435,7 +435,7 @@ struct OAuthArgs {
     refresh_token_stdin: bool,
 }
 
-/// Whether upstreams may be internal (see `tessera::egress`).
+/// Whether upstreams may be internal (see `tessera::upstream::egress`).
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct EgressArgs {
     /// Allow upstreams (and OAuth token URLs) on loopback, private,
@@ -446,8 +446,8 @@ struct EgressArgs {
 }
 
 impl EgressArgs {
-    fn egress(self) -> tessera::egress::Egress {
-        tessera::egress::Egress {
+    fn egress(self) -> tessera::upstream::egress::Egress {
+        tessera::upstream::egress::Egress {
             allow_private: self.allow_private_upstreams,
         }
     }
@@ -716,7 +716,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
                 })?),
             };
             let store = at.store().await?;
-            let q = tessera::audit::AuditQuery {
+            let q = tessera::store::model::AuditQuery {
                 caller,
                 connection,
                 since: since.map(|d| {
@@ -757,9 +757,9 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
     match c {
         PolicyCmd::Reload => {
             let store = at.store().await?;
-            let acting = store.acting(admin::CLI, "policy.reload", "*");
+            let acting = store.acting(service::CLI, "policy.reload", "*");
             let done = acting.bump_policies().await.map_err(Into::into);
-            admin::audited(&acting, done).await?;
+            service::audited(&acting, done).await?;
             at.say(
                 "asked every serving process to reload its policies",
                 serde_json::json!({"reload": "asked"}),
@@ -865,7 +865,7 @@ async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
 }
 
 async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
-    use tessera::approvals::now_ms;
+    use tessera::telemetry::time::now_ms;
     let store = at.store().await?;
     match c {
         ApprovalCmd::List { all, limit, before } => {
@@ -880,7 +880,7 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                 }
                 let at = std::time::UNIX_EPOCH + Duration::from_millis(a.created_at.max(0) as u64);
                 let status = match (a.status, a.expires_at, a.uses_left) {
-                    (tessera::approvals::Status::Granted, Some(exp), Some(uses))
+                    (tessera::store::model::Status::Granted, Some(exp), Some(uses))
                         if exp <= now_ms() || uses <= 0 =>
                     {
                         "spent"
@@ -897,7 +897,7 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                 table.push(vec![
                     a.id,
                     status.to_string(),
-                    tessera::logging::rfc3339(at),
+                    tessera::telemetry::log::rfc3339(at),
                     a.key.caller,
                     a.key.connection.chars().take(8).collect(),
                     a.key.rpc_method,
@@ -923,9 +923,9 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             }
         }
         ApprovalCmd::Grant { id, ttl, uses } => {
-            let acting = store.acting(admin::CLI, "approval.grant", &id);
-            let done = admin::approval_grant(&acting, &id, &ttl, uses).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "approval.grant", &id);
+            let done = service::approval_grant(&acting, &id, &ttl, uses).await;
+            service::audited(&acting, done).await?;
             at.say(
                 format!(
                     "granted {id}: the same call may run {uses} {} within {ttl}",
@@ -935,9 +935,9 @@ async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             );
         }
         ApprovalCmd::Deny { id } => {
-            let acting = store.acting(admin::CLI, "approval.deny", &id);
-            let done = admin::approval_deny(&acting, &id).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "approval.deny", &id);
+            let done = service::approval_deny(&acting, &id).await;
+            service::audited(&acting, done).await?;
             at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
         }
     }
@@ -983,9 +983,9 @@ async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         AdminTokenCmd::Add { name } => {
-            let acting = store.acting(admin::CLI, "admin-token.add", &name);
-            let done = admin::admin_token_add(&acting, &name).await;
-            let token = admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "admin-token.add", &name);
+            let done = service::admin_token_add(&acting, &name).await;
+            let token = service::audited(&acting, done).await?;
             at.say(
                 format!(
                     "admin token {name} added; it is shown once, below:\n{}",
@@ -995,9 +995,9 @@ async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
             );
         }
         AdminTokenCmd::Revoke { name } => {
-            let acting = store.acting(admin::CLI, "admin-token.revoke", &name);
-            let done = admin::admin_token_revoke(&acting, &name).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "admin-token.revoke", &name);
+            let done = service::admin_token_revoke(&acting, &name).await;
+            service::audited(&acting, done).await?;
             at.say(
                 format!("admin token {name} revoked"),
                 serde_json::json!({"revoked": name}),
@@ -1027,8 +1027,8 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
             // On a terminal (and not for --json), a progress line on stderr.
             let show = !at.json && std::io::stderr().is_terminal();
-            let acting = store.acting(admin::CLI, "key.rotate", "*");
-            let done = admin::key_rotate(&acting, &key, new, |done, total| {
+            let acting = store.acting(service::CLI, "key.rotate", "*");
+            let done = service::key_rotate(&acting, &key, new, |done, total| {
                 if show {
                     eprint!("\rre-sealing secrets: {done}/{total}");
                     if done == total {
@@ -1037,7 +1037,7 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
                 }
             })
             .await;
-            let r = admin::audited(&acting, done).await?;
+            let r = service::audited(&acting, done).await?;
             if at.json {
                 let v = serde_json::json!({"resealed": r.resealed, "new_key": r.new_id, "file": r.file});
                 println!("{v}");
@@ -1060,7 +1060,7 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
             }
         }
         KeyCmd::Status => {
-            let uses = admin::key_status(&store, &key).await?;
+            let uses = service::key_status(&store, &key).await?;
             if at.json {
                 let v: Vec<_> = uses
                     .iter()
@@ -1084,15 +1084,15 @@ async fn key(at: &Place, c: KeyCmd) -> Result<()> {
 }
 
 async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
-    let log = tessera::logging::Buffered::stderr();
+    let log = tessera::telemetry::log::Buffered::stderr();
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(log.clone());
     match a.log_format.as_str() {
-        "json" => fmt.event_format(tessera::logging::JsonLines).init(),
-        _ => fmt.event_format(tessera::logging::Logfmt).init(),
+        "json" => fmt.event_format(tessera::telemetry::log::JsonLines).init(),
+        _ => fmt.event_format(tessera::telemetry::log::Logfmt).init(),
     }
     // Whatever ends serving, the buffered lines are written out first.
     let served = serve_logged(at, a, &log).await;
@@ -1100,7 +1100,7 @@ async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
     served
 }
 
-/// Returns glibc malloc's free pages to the system (see `tessera::memory`).
+/// Returns glibc malloc's free pages to the system (see `tessera::telemetry::memory`).
 /// The one unsafe call in tessera, kept in the binary: the library forbids
 /// unsafe code.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -1112,7 +1112,11 @@ fn release_free_memory() {
     }
 }
 
-async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered) -> Result<()> {
+async fn serve_logged(
+    at: &Place,
+    a: ServeArgs,
+    log: &tessera::telemetry::log::Buffered,
+) -> Result<()> {
     // Validate everything before binding a port.
     let cfg = config::parse_serve(raw_serve(&a))?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
@@ -1122,10 +1126,10 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
         .context("not serving")?;
     tracing::info!(policies = %policies.origin, count = policies.len(), "policies loaded");
     let (state, _refresher) =
-        tessera::server::State::start(cfg.clone(), store, key, policies).await?;
+        tessera::state::State::start(cfg.clone(), store, key, policies).await?;
     reload_policies_on_change(&state, a.policies.as_deref(), a.policy_check_ms)?;
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    tokio::spawn(tessera::memory::release_after_waves(
+    tokio::spawn(tessera::telemetry::memory::release_after_waves(
         state.metrics.clone(),
         Duration::from_secs(1),
         release_free_memory,
@@ -1153,7 +1157,7 @@ async fn serve_logged(at: &Place, a: ServeArgs, log: &tessera::logging::Buffered
             std::process::exit(1);
         });
     };
-    tessera::server::run(
+    tessera::proxy::listener::run(
         listener,
         state.clone(),
         stopping,
@@ -1183,7 +1187,7 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
         .iter()
         .map(|r| {
             r.iter()
-                .map(|c| tessera::logging::printable(c).into_owned())
+                .map(|c| tessera::telemetry::log::printable(c).into_owned())
                 .collect()
         })
         .collect();
@@ -1231,7 +1235,7 @@ fn raw_serve(a: &ServeArgs) -> RawServe {
         max_connections: a.max_connections,
         max_connections_per_source: a.max_connections_per_source,
         max_body_memory: a.max_body_memory,
-        open_files: tessera::capacity::open_files_limit(),
+        open_files: tessera::limits::capacity::open_files_limit(),
         allow_private_upstreams: a.egress.allow_private_upstreams,
         allow_range: a.allow_range,
         forwarded: a.forwarded.clone(),
@@ -1347,7 +1351,7 @@ fn redact_setting(key: &str, value: &str) -> String {
 /// Open the admin listener when at least one live admin token exists; it
 /// closes when `stop` is dropped.
 async fn serve_admin(
-    state: &std::sync::Arc<tessera::server::State>,
+    state: &std::sync::Arc<tessera::state::State>,
     addr: SocketAddr,
     mut stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<()> {
@@ -1362,7 +1366,7 @@ async fn serve_admin(
         .await
         .with_context(|| format!("binding the admin listener {addr}"))?;
     tracing::info!(admin_listen = %listener.local_addr()?, "admin API serving");
-    let app = tessera::admin_api::router(state.clone());
+    let app = tessera::admin::api::router(state.clone());
     tokio::spawn(async move {
         let stopped = async move {
             let _ = stop.changed().await;
@@ -1381,7 +1385,7 @@ async fn serve_admin(
 /// `tessera policy reload` asks. With the built-in set there is nothing to
 /// reload, but SIGHUP is still caught so it does not end the process.
 fn reload_policies_on_change(
-    state: &tessera::server::State,
+    state: &tessera::state::State,
     dir: Option<&std::path::Path>,
     check_ms: u64,
 ) -> Result<()> {
@@ -1399,7 +1403,7 @@ fn reload_policies_on_change(
     let hup = futures_util::stream::select(hup, state.policy_reloads());
     match policy_dir(dir) {
         Some(dir) => {
-            tokio::spawn(tessera::policy::watch_dir(
+            tokio::spawn(tessera::authz::cedar::watch_dir(
                 state.authorizer.clone(),
                 dir,
                 Duration::from_millis(check_ms.max(1)),
@@ -1424,7 +1428,7 @@ fn reload_policies_on_change(
 /// Print audit records; with `follow`, keep polling for new ones.
 async fn audit(
     store: &Store,
-    mut q: tessera::audit::AuditQuery,
+    mut q: tessera::store::model::AuditQuery,
     json: bool,
     follow: bool,
 ) -> Result<()> {
@@ -1442,11 +1446,12 @@ async fn audit(
             } else {
                 let at = std::time::UNIX_EPOCH + Duration::from_millis(r.at.max(0) as u64);
                 // Method, tool and reason are an agent's words: printable.
-                let p =
-                    |s: Option<&str>| tessera::logging::printable(s.unwrap_or("-")).into_owned();
+                let p = |s: Option<&str>| {
+                    tessera::telemetry::log::printable(s.unwrap_or("-")).into_owned()
+                };
                 println!(
                     "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} {}",
-                    tessera::logging::rfc3339(at),
+                    tessera::telemetry::log::rfc3339(at),
                     r.caller,
                     r.connection.chars().take(8).collect::<String>(),
                     r.http_method,
@@ -1543,9 +1548,9 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 username: username.as_deref(),
                 secret,
             };
-            let acting = store.acting(admin::CLI, "credential.add", &name);
-            let done = admin::credential_add(&acting, &key, spec).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "credential.add", &name);
+            let done = service::credential_add(&acting, &key, spec).await;
+            service::audited(&acting, done).await?;
             at.say(
                 format!("credential {name} added for {upstream}"),
                 serde_json::json!({"added": name, "upstream": upstream}),
@@ -1554,9 +1559,9 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
             let key = existing_master_key(&at.data_dir, &store).await?;
-            let acting = store.acting(admin::CLI, "credential.set-secret", &name);
-            let done = admin::credential_set_secret(&acting, &key, &name, secret).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "credential.set-secret", &name);
+            let done = service::credential_set_secret(&acting, &key, &name, secret).await;
+            service::audited(&acting, done).await?;
             at.say(
                 format!("credential {name}: secret replaced"),
                 serde_json::json!({"secret_replaced": name}),
@@ -1571,9 +1576,9 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             wait_s,
             egress,
         } => {
-            admin::check_name(&name)?;
-            let upstream = admin::check_upstream(&upstream)?;
-            admin::check_egress(egress.egress(), "upstream URL", &upstream).await?;
+            service::check_name(&name)?;
+            let upstream = service::check_upstream(&upstream)?;
+            service::check_egress(egress.egress(), "upstream URL", &upstream).await?;
             let client_secret = client_secret_env
                 .as_deref()
                 .map(|v| read_secret(Some(v)))
@@ -1582,12 +1587,12 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             // Every URL the flow fetches (metadata, registration, token) was
             // chosen by the upstream or its authorization server: the same
             // egress rule applies to them.
-            let client = tessera::forward::client(
+            let client = tessera::upstream::client(
                 Duration::from_secs(10),
                 Duration::from_secs(30),
                 egress.egress(),
             );
-            let spec = tessera::login::LoginSpec {
+            let spec = tessera::credentials::login::LoginSpec {
                 name,
                 upstream,
                 client_id,
@@ -1595,7 +1600,7 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 scopes,
                 wait: Duration::from_secs(wait_s.max(1)),
             };
-            tessera::login::login(&store, &key, &client, spec, |line| {
+            tessera::credentials::login::login(&store, &key, &client, spec, |line| {
                 use std::io::Write;
                 println!("{line}");
                 let _ = std::io::stdout().flush();
@@ -1603,7 +1608,7 @@ async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             .await?;
         }
         CredentialCmd::List => {
-            let rows = admin::credentials(&store).await?;
+            let rows = service::credentials(&store).await?;
             if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -1625,7 +1630,7 @@ async fn credential_add_oauth(
     (name, upstream): (&str, &str),
     secret: &SecretSource,
     oauth: OAuthArgs,
-    egress: tessera::egress::Egress,
+    egress: tessera::upstream::egress::Egress,
 ) -> Result<()> {
     if secret.secret_stdin && oauth.refresh_token_stdin {
         bail!("only one of the client secret and the refresh token can come from stdin");
@@ -1635,11 +1640,11 @@ async fn credential_add_oauth(
         .then(|| read_secret(oauth.refresh_token_env.as_deref()))
         .transpose()?;
     let key = master_key(&at.data_dir)?;
-    let acting = store.acting(admin::CLI, "credential.add", name);
-    let done = admin::credential_add_oauth(
+    let acting = store.acting(service::CLI, "credential.add", name);
+    let done = service::credential_add_oauth(
         &acting,
         &key,
-        admin::OAuthSpec {
+        service::OAuthSpec {
             name,
             egress,
             upstream,
@@ -1658,7 +1663,7 @@ async fn credential_add_oauth(
         },
     )
     .await;
-    admin::audited(&acting, done).await?;
+    service::audited(&acting, done).await?;
     at.say(
         format!("credential {name} added for {upstream} (OAuth 2)"),
         serde_json::json!({"added": name, "upstream": upstream, "scheme": "oauth2"}),
@@ -1670,9 +1675,9 @@ async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         CallerCmd::Add { name, groups } => {
-            let acting = store.acting(admin::CLI, "caller.add", &name);
-            let done = admin::caller_add(&acting, &name, &groups).await;
-            let token = admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "caller.add", &name);
+            let done = service::caller_add(&acting, &name, &groups).await;
+            let token = service::audited(&acting, done).await?;
             at.say(
                 format!(
                     "caller {name} added; its token is shown once, below:\n{}",
@@ -1682,16 +1687,16 @@ async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
             );
         }
         CallerCmd::Revoke { name } => {
-            let acting = store.acting(admin::CLI, "caller.revoke", &name);
-            let done = admin::caller_revoke(&acting, &name).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "caller.revoke", &name);
+            let done = service::caller_revoke(&acting, &name).await;
+            service::audited(&acting, done).await?;
             at.say(
                 format!("caller {name} revoked"),
                 serde_json::json!({"revoked": name}),
             );
         }
         CallerCmd::List => {
-            let rows = admin::callers(&store).await?;
+            let rows = service::callers(&store).await?;
             if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -1719,10 +1724,10 @@ async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                 None => config::default_public_url(config::DEFAULT_LISTEN.parse()?),
             };
             let target = format!("{caller} on {credential}");
-            let acting = store.acting(admin::CLI, "connection.add", &target);
-            let done = admin::connection_add(&acting, &public_url, &caller, &credential).await;
-            let url = admin::audited(&acting, done).await?;
-            let id = admin::connection_id(&url)?;
+            let acting = store.acting(service::CLI, "connection.add", &target);
+            let done = service::connection_add(&acting, &public_url, &caller, &credential).await;
+            let url = service::audited(&acting, done).await?;
+            let id = service::connection_id(&url)?;
             let v = serde_json::json!({"id": id, "url": url, "caller": caller, "credential": credential});
             at.say(
                 format!("connection added for caller {caller} on credential {credential}:\n{url}"),
@@ -1730,16 +1735,16 @@ async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
             );
         }
         ConnectionCmd::Revoke { id_or_url } => {
-            let acting = store.acting(admin::CLI, "connection.revoke", &id_or_url);
-            let done = admin::connection_revoke(&acting, &id_or_url).await;
-            admin::audited(&acting, done).await?;
+            let acting = store.acting(service::CLI, "connection.revoke", &id_or_url);
+            let done = service::connection_revoke(&acting, &id_or_url).await;
+            service::audited(&acting, done).await?;
             at.say(
                 "connection revoked",
-                serde_json::json!({"revoked": admin::connection_id(&id_or_url)?}),
+                serde_json::json!({"revoked": service::connection_id(&id_or_url)?}),
             );
         }
         ConnectionCmd::List => {
-            let rows = admin::connections(&store).await?;
+            let rows = service::connections(&store).await?;
             if at.json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

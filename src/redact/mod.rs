@@ -26,7 +26,7 @@
 //! cut or padded with `*`, or all `*` where the secret itself could make
 //! the marker part of a piece.
 //!
-//! Content codings are undone before this runs (`crate::decode`): what is
+//! Content codings are undone before this runs (`crate::wire::decode`): what is
 //! scanned is what the caller reads. What this cannot see: a secret
 //! encrypted, or cut into pieces each shorter than the threshold, by an
 //! upstream that means to leak it (which holds the credential anyway); nor
@@ -40,6 +40,8 @@
 //! make part of a piece are held back. A `\n`, never in a secret, ends any
 //! piece, so an SSE event is never held past its end.
 
+#[doc(hidden)]
+pub mod leaks;
 mod matcher;
 pub(crate) mod scan;
 pub(crate) mod unescape;
@@ -55,7 +57,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame};
 
-use crate::secrets::{ExposeSecret, SecretString};
+use crate::crypto::keyring::{ExposeSecret, SecretString};
 use matcher::Matcher;
 use scan::Scan;
 
@@ -747,7 +749,7 @@ mod tests {
     /// fuzz target `redact`).
     #[test]
     fn a_serialized_secret_under_three_escapes_is_redacted() {
-        use crate::leaks::{encode_chain, leak, Encoding as E};
+        use crate::redact::leaks::{encode_chain, leak, Encoding as E};
         let secret = "2w/.....+++++++......F......kwN/2TQhUB5KZ9Duh.W..y.H...k2w/NTQhu";
         let r = Redactor::new([&SecretString::from(secret)]);
         for pre in [E::PercentComponentUpper, E::JsonGo, E::JsonPhp] {

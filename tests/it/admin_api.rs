@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 pub(crate) async fn admin_api(p: &Proxy) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = tessera::admin_api::router(p.state.clone());
+    let app = tessera::admin::api::router(p.state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
 }

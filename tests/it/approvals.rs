@@ -5,7 +5,8 @@
 //! approval; a denial stands. Nothing held reaches the upstream.
 
 use crate::support::*;
-use tessera::approvals::{self, Call, CallKey, Held, Settled};
+use tessera::authz::approvals::{self, Call, Held, Settled};
+use tessera::store::model::CallKey;
 
 fn call(id: u32, tool: &str, args: &str) -> String {
     format!(
@@ -196,7 +197,7 @@ async fn a_grant_ends_at_its_ttl_and_after_its_uses() {
         panic!("{first:?}")
     };
     // Granted twice, but already expired: the call is held anew.
-    let now = approvals::now_ms();
+    let now = tessera::telemetry::time::now_ms();
     store.grant_approval(id, now, now - 1, 2).await.unwrap();
     let s = approvals::settle(store, &[held("{}")], 0).await.unwrap();
     assert!(matches!(&s[0], Settled::Pending(n) if n != id), "{s:?}");
@@ -385,7 +386,7 @@ async fn approvals_recorded_under_the_old_key_are_adopted() {
             approvals::arguments_digest(Some(args)),
         )
     };
-    let far = approvals::now_ms() + 3_600_000;
+    let far = tessera::telemetry::time::now_ms() + 3_600_000;
     raw_sql(
         p.dir.path(),
         &old_row(
@@ -531,7 +532,7 @@ async fn an_agents_tool_name_cannot_forge_the_approvers_listing() {
     let up = Upstream::start().await;
     let ask = r#"@id("ask-all") @ask
 permit (principal, action == Action::"tools/call", resource);"#;
-    let policies = tessera::policy::Policies::from_texts(
+    let policies = tessera::authz::cedar::Policies::from_texts(
         "test",
         None,
         vec![

@@ -2,7 +2,7 @@
 //! the policies behind it, nothing secret in it, nothing lost when the
 //! queue is full.
 
-use tessera::audit::sha256_hex;
+use tessera::crypto::tokens::sha256_hex;
 
 use crate::support::*;
 
@@ -202,8 +202,8 @@ async fn audit_follow_prints_records_as_they_are_written() {
 }
 
 /// A record with values that differ per `i`, for store-level tests.
-fn record(i: i64) -> tessera::audit::AuditRecord {
-    tessera::audit::AuditRecord {
+fn record(i: i64) -> tessera::store::model::AuditRecord {
+    tessera::store::model::AuditRecord {
         id: 0,
         at: 1_796_300_000_000 + i,
         caller: format!("agent-{i}"),
@@ -284,7 +284,7 @@ async fn batches_of_every_size_land_whole_and_in_order() {
         next += n;
     }
     let rows = store
-        .audit(&tessera::audit::AuditQuery {
+        .audit(&tessera::store::model::AuditQuery {
             limit: 100_000,
             ..Default::default()
         })
@@ -294,37 +294,37 @@ async fn batches_of_every_size_land_whole_and_in_order() {
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     for (i, row) in rows.into_iter().enumerate() {
         assert_eq!(
-            tessera::audit::AuditRecord { id: 0, ..row },
+            tessera::store::model::AuditRecord { id: 0, ..row },
             record(i as i64)
         );
     }
 
     // Pages: the newest (oldest first), those after an id, and the newest
     // since a time.
-    let page = |q: tessera::audit::AuditQuery| {
+    let page = |q: tessera::store::model::AuditQuery| {
         let store = store.clone();
         async move {
             let rows = store.audit(&q).await.unwrap();
             rows.iter().map(|r| r.at - record(0).at).collect::<Vec<_>>()
         }
     };
-    let q = |limit| tessera::audit::AuditQuery {
+    let q = |limit| tessera::store::model::AuditQuery {
         limit,
         ..Default::default()
     };
     let last = next - 1;
     assert_eq!(page(q(3)).await, [last - 2, last - 1, last]);
-    let after = tessera::audit::AuditQuery {
+    let after = tessera::store::model::AuditQuery {
         after_id: Some(ids[99]),
         ..q(3)
     };
     assert_eq!(page(after).await, [100, 101, 102]);
-    let since = tessera::audit::AuditQuery {
+    let since = tessera::store::model::AuditQuery {
         since: Some(record(last - 1).at),
         ..q(5)
     };
     assert_eq!(page(since).await, [last - 1, last]);
-    let mine = tessera::audit::AuditQuery {
+    let mine = tessera::store::model::AuditQuery {
         caller: Some("agent-7".into()),
         ..q(5)
     };

@@ -191,10 +191,13 @@ async fn a_flood_of_half_sent_heads_leaves_a_legitimate_caller_served() {
 
 /// Assert `/metrics` counts `n` refusals for `reason`.
 fn assert_refusals(p: &Proxy, reason: &str, n: u64) {
-    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
-        audit_queue_depth: 0,
-        audit_failing: false,
-    });
+    let metrics = p
+        .state
+        .metrics
+        .render(&tessera::telemetry::metrics::Gauges {
+            audit_queue_depth: 0,
+            audit_failing: false,
+        });
     let line = format!("tessera_refusals_total{{reason=\"{reason}\"}} {n}\n");
     assert!(metrics.contains(&line), "{metrics}");
 }

@@ -17,13 +17,13 @@ use crate::support::*;
 
 /// The built-in policy plus one that holds every call of `sum`, or of any
 /// tool whose name starts with `<`, for a person.
-fn hold_sum() -> tessera::policy::Policies {
+fn hold_sum() -> tessera::authz::cedar::Policies {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
     let default = std::fs::read_to_string(root.join("default.cedar")).unwrap();
     let ask = r#"@id("ask-sum") @ask
 permit (principal, action == Action::"tools/call", resource)
 when { resource.owner == principal && context has tool && (context.tool == "sum" || context.tool like "<*") };"#;
-    tessera::policy::Policies::from_texts(
+    tessera::authz::cedar::Policies::from_texts(
         "test",
         None,
         vec![
@@ -282,10 +282,10 @@ async fn the_console_pages_through_every_pending_approval() {
     let store = p.store();
     for i in 0..250 {
         store
-            .add_approval(&tessera::approvals::NewApproval {
-                id: tessera::approvals::new_id(),
+            .add_approval(&tessera::store::model::NewApproval {
+                id: tessera::authz::approvals::new_id(),
                 created_at: 1_700_000_000_000 + i / 3,
-                key: tessera::approvals::CallKey {
+                key: tessera::store::model::CallKey {
                     caller: "agent".into(),
                     connection: "c1".into(),
                     rpc_method: "tools/call".into(),

@@ -215,10 +215,13 @@ async fn a_failing_database_fails_closed_and_tessera_recovers_by_itself() {
         seen_before_heal, forwarded,
         "a refused request was forwarded"
     );
-    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
-        audit_queue_depth: p.state.audit.queued(),
-        audit_failing: p.state.audit.failing(),
-    });
+    let metrics = p
+        .state
+        .metrics
+        .render(&tessera::telemetry::metrics::Gauges {
+            audit_queue_depth: p.state.audit.queued(),
+            audit_failing: p.state.audit.failing(),
+        });
     for line in [
         "tessera_audit_write_failing 1",
         "reason=\"audit_unavailable\"} 1",

@@ -10,7 +10,7 @@ use crate::support::*;
 
 /// The shipped default, the tool deny-list example (forbids `delete*`,
 /// `drop*` … on `context.tool`), and `extra` policy texts.
-fn policies(extra: &[&str]) -> tessera::policy::Policies {
+fn policies(extra: &[&str]) -> tessera::authz::cedar::Policies {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
     let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
     let mut files = vec![
@@ -23,7 +23,7 @@ fn policies(extra: &[&str]) -> tessera::policy::Policies {
     for (i, t) in extra.iter().enumerate() {
         files.push((format!("extra{i}.cedar"), t.to_string()));
     }
-    tessera::policy::Policies::from_texts("test", None, files).unwrap()
+    tessera::authz::cedar::Policies::from_texts("test", None, files).unwrap()
 }
 
 /// POST `body` as the agent with extra headers; the status and the answer.

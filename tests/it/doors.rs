@@ -36,10 +36,13 @@ async fn raw_post(p: &Proxy, target: &str, token: &str, body: &str) -> (u16, ser
 
 /// Assert `/metrics` counts `n` refusals for `reason`.
 fn assert_refusals(p: &Proxy, reason: &str, n: u64) {
-    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
-        audit_queue_depth: 0,
-        audit_failing: false,
-    });
+    let metrics = p
+        .state
+        .metrics
+        .render(&tessera::telemetry::metrics::Gauges {
+            audit_queue_depth: 0,
+            audit_failing: false,
+        });
     let line = format!("tessera_refusals_total{{reason=\"{reason}\"}} {n}");
     assert!(
         metrics.lines().any(|l| l == line),
@@ -119,13 +122,13 @@ async fn hostile_sub_paths_are_refused_by_rule_and_never_forwarded() {
 #[tokio::test]
 async fn a_policy_on_context_path_decides_by_the_forwarded_sub_path() {
     let up = Upstream::start().await;
-    let policies = tessera::policy::Policies::from_texts(
+    let policies = tessera::authz::cedar::Policies::from_texts(
         "test",
         None,
         vec![
             (
                 "default.cedar".into(),
-                tessera::policy::BUILTIN_DEFAULT.into(),
+                tessera::authz::cedar::BUILTIN_DEFAULT.into(),
             ),
             (
                 "paths.cedar".into(),

@@ -31,7 +31,7 @@ async fn forwards_with_the_stored_credential_and_never_the_callers() {
         .unwrap();
     assert_eq!(r.status(), 200);
     // Filtered on the way back; the session id passes, bound to the
-    // caller (`tessera::session`).
+    // caller (`tessera::proxy::session`).
     assert!(r.headers().get("set-cookie").is_none());
     assert!(r.headers().get("www-authenticate").is_none());
     assert_eq!(r.headers()["mcp-session-id"], session.as_str());

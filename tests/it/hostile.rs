@@ -37,10 +37,13 @@ fn answer(raw: &str) -> (u16, Option<i64>) {
 
 /// Assert `/metrics` counts `n` refusals for `reason`.
 fn assert_refusals(p: &Proxy, reason: &str, n: u64) {
-    let metrics = p.state.metrics.render(&tessera::metrics::Gauges {
-        audit_queue_depth: 0,
-        audit_failing: false,
-    });
+    let metrics = p
+        .state
+        .metrics
+        .render(&tessera::telemetry::metrics::Gauges {
+            audit_queue_depth: 0,
+            audit_failing: false,
+        });
     let line = format!("tessera_refusals_total{{reason=\"{reason}\"}} {n}");
     assert!(
         metrics.lines().any(|l| l == line),

@@ -152,7 +152,7 @@ fn add_unreachable_credential(d: &std::path::Path, env: &[(&str, &str)]) {
 
 /// A random master key, base64.
 fn tessera_key() -> String {
-    tessera::secrets::new_key_base64()
+    tessera::crypto::keyring::new_key_base64()
 }
 
 #[tokio::test]

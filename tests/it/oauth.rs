@@ -695,8 +695,8 @@ async fn a_reload_keeps_the_token_source() {
         let snap = p.state.snapshot.load_full();
         let c = snap.connections.values().next().unwrap();
         match &c.upstream.auth {
-            tessera::snapshot::Auth::OAuth(o) => o.clone(),
-            tessera::snapshot::Auth::Static(_) => panic!("not an OAuth credential"),
+            tessera::model::Auth::OAuth(o) => o.clone(),
+            tessera::model::Auth::Static(_) => panic!("not an OAuth credential"),
         }
     };
     let before = source();
@@ -715,7 +715,7 @@ async fn a_reload_keeps_the_token_source() {
 /// what the endpoint said is in the log, redacted.
 #[tokio::test]
 async fn a_token_endpoint_that_echoes_its_request_reveals_nothing() {
-    use tessera::leaks::leak;
+    use tessera::redact::leaks::leak;
     for refresh in [false, true] {
         let auth = AuthServer::start(3600, false).await;
         auth.set(|s| s.mode = Some(Mode::Echo));
@@ -748,7 +748,7 @@ async fn a_token_endpoint_that_echoes_its_request_reveals_nothing() {
 /// an upstream may keep echoing it (here: every token it ever issued).
 #[tokio::test]
 async fn a_token_refreshed_away_stays_redacted() {
-    use tessera::leaks::leak;
+    use tessera::redact::leaks::leak;
     let auth = AuthServer::start(3600, false).await;
     auth.set(|s| s.echo_issued = true);
     let p = Proxy::start(Proxy::dir()).await;

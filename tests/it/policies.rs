@@ -28,7 +28,7 @@ fn policy_dir() -> tempfile::TempDir {
 #[tokio::test]
 async fn policy_refusals_never_reach_the_upstream() {
     let up = Upstream::start().await;
-    let policies = tessera::policy::Policies::load_dir(policy_dir().path()).unwrap();
+    let policies = tessera::authz::cedar::Policies::load_dir(policy_dir().path()).unwrap();
     let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     let conn8: String = a.url.rsplit('/').next().unwrap().chars().take(8).collect();
@@ -204,8 +204,8 @@ async fn invalid_policies_stop_serve_and_fail_the_check() {
 
 /// Wait for the next reload attempt to be reported.
 async fn next_reload(
-    rx: &mut tokio::sync::watch::Receiver<tessera::policy::Reloads>,
-) -> tessera::policy::Reloads {
+    rx: &mut tokio::sync::watch::Receiver<tessera::authz::cedar::Reloads>,
+) -> tessera::authz::cedar::Reloads {
     tokio::time::timeout(std::time::Duration::from_secs(10), rx.changed())
         .await
         .expect("no reload within 10 s")
@@ -217,11 +217,11 @@ async fn next_reload(
 async fn edited_policies_are_reloaded_and_a_broken_edit_keeps_the_last_good_set() {
     let up = Upstream::start().await;
     let pol = policy_dir();
-    let policies = tessera::policy::Policies::load_dir(pol.path()).unwrap();
+    let policies = tessera::authz::cedar::Policies::load_dir(pol.path()).unwrap();
     let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     let mut rx = p.state.authorizer.reloads();
-    tokio::spawn(tessera::policy::watch_dir(
+    tokio::spawn(tessera::authz::cedar::watch_dir(
         p.state.authorizer.clone(),
         pol.path().to_path_buf(),
         std::time::Duration::from_millis(20),

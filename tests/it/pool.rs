@@ -139,10 +139,10 @@ async fn https_requests_reuse_one_connection(alpn: &[&[u8]], version: http::Vers
     );
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
-    let c = tessera::forward::client_with_roots(
+    let c = tessera::upstream::client_with_roots(
         Duration::from_secs(5),
         Duration::from_secs(90),
-        tessera::egress::Egress {
+        tessera::upstream::egress::Egress {
             allow_private: true,
         },
         roots,

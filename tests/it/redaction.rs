@@ -228,7 +228,7 @@ fn form_query(chain: &[usize]) -> String {
 /// Whether `chain` leaves the secret readable at all (a case change after
 /// base64 leaves nothing a client could decode): only those are checked.
 fn readable(secret: &[u8], chain: &[usize]) -> bool {
-    use tessera::leaks::{encode_chain, leak, Encoding};
+    use tessera::redact::leaks::{encode_chain, leak, Encoding};
     let chain: Vec<Encoding> = chain.iter().map(|&i| Encoding::ALL[i]).collect();
     let t = tessera::redact::threshold(secret.len());
     leak(&encode_chain(&chain, secret, 7), secret, t).is_some()
@@ -238,10 +238,10 @@ fn readable(secret: &[u8], chain: &[usize]) -> bool {
 /// form, in a JSON body, an SSE stream one byte per frame, a header value,
 /// a header name, and cut across header fields: no decoding of what the
 /// caller gets shows a piece of the secret of half its length or more
-/// (tessera::leaks is the oracle, independent of the redactor).
+/// (tessera::redact::leaks is the oracle, independent of the redactor).
 #[tokio::test]
 async fn no_decoding_of_an_answer_shows_the_secret() {
-    use tessera::leaks::{leak, Encoding};
+    use tessera::redact::leaks::{leak, Encoding};
     let up = Upstream::start().await;
     let p = Proxy::start(Proxy::dir()).await;
     let t = tessera::redact::threshold(SECRET.len());
@@ -295,7 +295,7 @@ async fn no_decoding_of_an_answer_shows_the_secret() {
 /// cannot decode is a 502, never passed on.
 #[tokio::test]
 async fn coded_answers_are_decoded_then_redacted() {
-    use tessera::leaks::leak;
+    use tessera::redact::leaks::leak;
     let up = Upstream::start().await;
     let p = Proxy::start(Proxy::dir()).await;
     let t = tessera::redact::threshold(SECRET.len());
@@ -333,7 +333,7 @@ async fn coded_answers_are_decoded_then_redacted() {
 /// every connection. What it writes is redacted too.
 #[tokio::test]
 async fn the_tools_list_filter_never_writes_the_secret() {
-    use tessera::leaks::{leak, Encoding};
+    use tessera::redact::leaks::{leak, Encoding};
     let up = Upstream::start().await;
     let p = Proxy::start(Proxy::dir()).await;
     let t = tessera::redact::threshold(SECRET.len());

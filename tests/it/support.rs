@@ -346,7 +346,7 @@ async fn answer(
 
 /// `/reflect`: the injected credential reflected in a form the query
 /// chooses, as a hostile or careless upstream could:
-/// - `enc=I,J,…`: the encodings of `tessera::leaks::Encoding::ALL` applied
+/// - `enc=I,J,…`: the encodings of `tessera::redact::leaks::Encoding::ALL` applied
 ///   in turn (none: as it came);
 /// - `whole=1`: the whole header value (`Bearer …`), else the secret alone;
 /// - `at=json|sse|header|name|split`: in a JSON-RPC result's text, in an
@@ -361,7 +361,7 @@ async fn answer(
 /// A form that cannot be sent where asked (a header name with a `%` in it)
 /// gets 422.
 fn reflect(parts: &http::request::Parts, body: &[u8]) -> http::Result<Response<UpBody>> {
-    use tessera::leaks::{encode_chain, Encoding};
+    use tessera::redact::leaks::{encode_chain, Encoding};
     let q: std::collections::HashMap<String, String> =
         url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
             .into_owned()
@@ -660,7 +660,7 @@ pub fn tessera_async(dir: &std::path::Path) -> tokio::process::Command {
 pub struct Proxy {
     pub addr: SocketAddr,
     pub dir: DataDir,
-    pub state: std::sync::Arc<tessera::server::State>,
+    pub state: std::sync::Arc<tessera::state::State>,
     store: tessera::store::Store,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
@@ -714,12 +714,12 @@ impl Proxy {
         let caller = snap.callers.values().find(|c| c.id == caller_id).unwrap();
         let mut h = http::HeaderMap::new();
         h.insert("mcp-session-id", upstream.parse().unwrap());
-        let owner = tessera::session::Owner {
+        let owner = tessera::proxy::session::Owner {
             caller_id,
             caller: &caller.name,
             connection,
         };
-        tessera::session::for_caller(self.state.master_key(), owner, &mut h);
+        tessera::proxy::session::for_caller(self.state.master_key(), owner, &mut h);
         h["mcp-session-id"].to_str().unwrap().to_string()
     }
 }
@@ -757,13 +757,13 @@ impl Proxy {
         dir: DataDir,
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
     ) -> Proxy {
-        Self::start_with_policies(dir, tweak, tessera::policy::Policies::builtin()).await
+        Self::start_with_policies(dir, tweak, tessera::authz::cedar::Policies::builtin()).await
     }
 
     pub async fn start_with_policies(
         dir: DataDir,
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
-        policies: tessera::policy::Policies,
+        policies: tessera::authz::cedar::Policies,
     ) -> Proxy {
         let url = database_url(dir.path());
         Self::start_on(dir, url, tweak, policies).await
@@ -775,7 +775,7 @@ impl Proxy {
         dir: DataDir,
         url: Option<String>,
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
-        policies: tessera::policy::Policies,
+        policies: tessera::authz::cedar::Policies,
     ) -> Proxy {
         // Every data plane logs into the suite's capture, checked for the
         // canary secret by `assert_logs_lack`.
@@ -809,8 +809,8 @@ impl Proxy {
                 let store = tessera::store::Store::open(&path, url.as_ref())
                     .await
                     .unwrap();
-                let key = tessera::secrets::MasterKey::load(None, &path).unwrap();
-                let (state, _) = tessera::server::State::start(cfg, store, key, policies)
+                let key = tessera::crypto::keyring::MasterKey::load(None, &path).unwrap();
+                let (state, _) = tessera::state::State::start(cfg, store, key, policies)
                     .await
                     .unwrap();
                 let _ = started.send(state.clone());
@@ -818,7 +818,8 @@ impl Proxy {
                 let shutdown = async move {
                     let _ = rx.await;
                 };
-                tessera::server::run(listener, state, shutdown, Duration::from_secs(1)).await;
+                tessera::proxy::listener::run(listener, state, shutdown, Duration::from_secs(1))
+                    .await;
             });
         });
         let state = ready.await.expect("the data plane started");
@@ -1081,7 +1082,7 @@ fn assert_no_plaintext_in_files(dir: &std::path::Path, needles: &[&str]) {
 
 /// The shipped default policy plus the named files of `policies/examples/`
 /// (without `.cedar`), loaded the way `serve --policies` does.
-pub fn policies_with(examples: &[&str]) -> tessera::policy::Policies {
+pub fn policies_with(examples: &[&str]) -> tessera::authz::cedar::Policies {
     let dir = tempfile::tempdir().unwrap();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
     std::fs::copy(root.join("default.cedar"), dir.path().join("default.cedar")).unwrap();
@@ -1089,11 +1090,11 @@ pub fn policies_with(examples: &[&str]) -> tessera::policy::Policies {
         let f = format!("{n}.cedar");
         std::fs::copy(root.join("examples").join(&f), dir.path().join(&f)).unwrap();
     }
-    tessera::policy::Policies::load_dir(dir.path()).unwrap()
+    tessera::authz::cedar::Policies::load_dir(dir.path()).unwrap()
 }
 
 /// Every audit record written so far, oldest first (the queue flushed).
-pub async fn audit_rows(p: &Proxy) -> Vec<tessera::audit::AuditRecord> {
+pub async fn audit_rows(p: &Proxy) -> Vec<tessera::store::model::AuditRecord> {
     assert!(
         p.state
             .audit
@@ -1101,7 +1102,7 @@ pub async fn audit_rows(p: &Proxy) -> Vec<tessera::audit::AuditRecord> {
             .await
     );
     p.store()
-        .audit(&tessera::audit::AuditQuery {
+        .audit(&tessera::store::model::AuditQuery {
             limit: 1000,
             ..Default::default()
         })
@@ -1168,7 +1169,7 @@ fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
         let sink = buf.clone();
         let _ = tracing_subscriber::fmt()
             .with_env_filter("debug,hyper=info,h2=info,rustls=info")
-            .event_format(tessera::logging::Logfmt)
+            .event_format(tessera::telemetry::log::Logfmt)
             .with_writer(move || LogSink(sink.clone()))
             .try_init();
         buf

@@ -1,0 +1,946 @@
+//! The admin HTTP API, on its own listener (`--admin-listen`, loopback by
+//! default), apart from the data plane.
+//!
+//! - `/v1/…`: JSON endpoints for everything the CLI does, behind an admin
+//!   token (`Authorization: Bearer tsa_…`, made by `tessera admin-token
+//!   add`). They call the same service layer as the CLI ([`crate::admin::service`]),
+//!   so validation and messages are the CLI's, and every action is recorded
+//!   in the admin audit trail under the token's name.
+//! - `/healthz` (the process answers) and `/readyz` (database reachable,
+//!   policies loaded, master key usable): no token, they reveal nothing.
+//! - `/metrics`: Prometheus text, behind an admin token (it names callers'
+//!   credentials).
+//! - `/openapi.json`: the OpenAPI 3.1 document, generated from the handlers
+//!   below so it cannot drift from them.
+//! - `/ui`: the approvals console ([`crate::admin::console`]).
+//!
+//! Secrets travel only in request bodies (never a URL), are sealed before
+//! they are stored, and are never echoed; a caller or admin token is in a
+//! response body once, when it is created.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State as AxState};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::admin::service::{self, AdminError, CallerView, ConnectionView, CredentialView};
+use crate::crypto::keyring::{ExposeSecret, SecretString};
+use crate::crypto::tokens::token_digest;
+use crate::state::State;
+use crate::store::model::Approval;
+use crate::store::model::Scheme;
+use crate::store::model::{AuditQuery, AuditRecord};
+use crate::store::{AdminAction, StoreError};
+
+/// The admin token's name, once the request has been authenticated.
+#[derive(Debug, Clone)]
+pub struct Admin(pub String);
+
+/// An error answer: `{"error": "…"}` with a status a client can act on.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiError {
+    /// What went wrong, in one line a person can act on.
+    pub error: String,
+    #[serde(skip)]
+    status: StatusCode,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: impl Into<String>) -> Self {
+        ApiError {
+            error: error.into(),
+            status,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        let mut r = (status, Json(self)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"tessera-admin\""),
+            );
+        }
+        r
+    }
+}
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        use AdminError as A;
+        let status = match &e {
+            A::Store(StoreError::NotFound { .. }) => StatusCode::NOT_FOUND,
+            A::Store(
+                StoreError::Duplicate { .. }
+                | StoreError::Revoked { .. }
+                | StoreError::Unchanged { .. },
+            ) => StatusCode::CONFLICT,
+            A::Store(_) | A::Key(_) => StatusCode::SERVICE_UNAVAILABLE,
+            A::Credential(_)
+            | A::BadName(_)
+            | A::BadUpstream(..)
+            | A::BadConnection(_)
+            | A::BadTokenUrl(..)
+            | A::Egress(..)
+            | A::OAuth(_)
+            | A::BadTtl(_)
+            | A::BadUses(_)
+            | A::BadScheme(_)
+            | A::Policies(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::error!(error = %e, "admin request failed");
+        }
+        ApiError::new(status, e.to_string())
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+// Patterns below: a name (credential, caller, group) as
+// `service::check_name` allows, and a connection or approval id.
+
+/// A credential or caller name in the path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // read by axum's Path extractor as a plain String
+struct NamePath {
+    #[param(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    name: String,
+}
+
+/// A connection or approval id in the path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct IdPath {
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    id: String,
+}
+
+/// A page size, 1 to 1000 (default 100); anything else is refused, not
+/// quietly changed.
+fn page_size(limit: Option<i64>) -> ApiResult<i64> {
+    match limit.unwrap_or(100) {
+        n @ 1..=1000 => Ok(n),
+        n => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("limit {n}: give 1 to 1000"),
+        )),
+    }
+}
+
+/// A JSON request body whose rejections (not JSON, wrong content type,
+/// wrong fields) are answered as [`ApiError`]s like every other error.
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(t)) => Ok(Body(t)),
+            Err(e) => Err(ApiError::new(e.status(), e.body_text())),
+        }
+    }
+}
+
+/// An optional body: none when the request has no `Content-Type`.
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::OptionalFromRequest<S>
+    for Body<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Option<Self>, ApiError> {
+        if !req.headers().contains_key(header::CONTENT_TYPE) {
+            return Ok(None);
+        }
+        <Body<T> as axum::extract::FromRequest<S>>::from_request(req, state)
+            .await
+            .map(Some)
+    }
+}
+
+/// Query parameters, rejected as an [`ApiError`].
+struct Params<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+    for Params<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(t)) => Ok(Params(t)),
+            Err(e) => Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                e.body_text(),
+            )),
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "tessera admin API",
+        description = "Manage a tessera credential-holding MCP proxy: credentials, callers, connections, approvals, policies and the audit trail."
+    ),
+    modifiers(&BearerAuth),
+    security(("admin_token" = []))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        api.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "admin_token",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some("An admin token from `tessera admin-token add NAME`"))
+                        .build(),
+                ),
+            );
+    }
+}
+
+/// The admin router and its OpenAPI document, built from the same list of
+/// handlers.
+pub fn router(state: Arc<State>) -> Router {
+    let (v1, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(list_credentials, add_credential))
+        .routes(routes!(set_credential_secret))
+        .routes(routes!(list_callers, add_caller))
+        .routes(routes!(revoke_caller))
+        .routes(routes!(list_connections, add_connection))
+        .routes(routes!(revoke_connection))
+        .routes(routes!(list_approvals))
+        .routes(routes!(grant_approval))
+        .routes(routes!(deny_approval))
+        .routes(routes!(query_audit))
+        .routes(routes!(admin_audit))
+        .routes(routes!(policies_in_force))
+        .routes(routes!(check_policies))
+        .routes(routes!(reload_policies))
+        .routes(routes!(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .split_for_parts();
+    let doc = Arc::new(doc);
+    v1.route(
+        "/openapi.json",
+        axum::routing::get(move || {
+            let doc = doc.clone();
+            async move { Json(doc.as_ref().clone()) }
+        }),
+    )
+    .merge(crate::admin::console::router(state.clone()))
+    .fallback(|| async {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no such admin endpoint: see /openapi.json",
+        )
+    })
+    .with_state(state)
+}
+
+/// The admin token in `Authorization: Bearer …`, checked against the
+/// store's live admin tokens on each request (a revoked token stops at
+/// once; the admin plane is not a hot path).
+async fn authenticate(
+    AxState(state): AxState<Arc<State>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let token = bearer(req.headers());
+    let Some(token) = token else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "send an admin token as 'Authorization: Bearer <token>' (tessera admin-token add NAME)",
+        )
+        .into_response();
+    };
+    match state
+        .store
+        .admin_token_by_digest(&token_digest(token.as_bytes()))
+        .await
+    {
+        Ok(Some(name)) => {
+            req.extensions_mut().insert(Admin(name));
+            next.run(req).await
+        }
+        Ok(None) => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "this admin token is unknown or revoked",
+        )
+        .into_response(),
+        Err(e) => ApiError::from(AdminError::Store(e)).into_response(),
+    }
+}
+
+fn bearer(h: &HeaderMap) -> Option<&str> {
+    let v = h.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+// ---- credentials ---------------------------------------------------------
+
+/// A credential to register. `secret` is the bearer token, password or
+/// header value (for `oauth2`: the client secret, optional with a refresh
+/// token).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewCredential {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    name: String,
+    /// An http(s) URL without credentials or fragment.
+    #[schema(pattern = "^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$")]
+    upstream: String,
+    /// `bearer` (default), `basic`, `header` or `oauth2`.
+    #[serde(default = "bearer_scheme")]
+    #[schema(pattern = "^(bearer|basic|header|oauth2)$")]
+    scheme: String,
+    /// The header that carries the secret, with `header`.
+    header_name: Option<String>,
+    /// The user name, with `basic`.
+    username: Option<String>,
+    #[schema(value_type = Option<String>, format = Password, min_length = 1)]
+    secret: Option<SecretString>,
+    /// With `oauth2`: the token endpoint.
+    token_url: Option<String>,
+    /// With `oauth2`.
+    client_id: Option<String>,
+    /// With `oauth2`.
+    #[serde(default)]
+    scopes: Vec<String>,
+    /// With `oauth2`.
+    audience: Option<String>,
+    /// With `oauth2`: use the refresh-token grant.
+    #[schema(value_type = Option<String>, format = Password, min_length = 1)]
+    refresh_token: Option<SecretString>,
+}
+
+fn bearer_scheme() -> String {
+    "bearer".into()
+}
+
+/// A new secret for a credential.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewSecret {
+    #[schema(value_type = String, format = Password, pattern = "^[^\\x00-\\x1f\\x7f]+$")]
+    secret: SecretString,
+}
+
+/// The registered credentials (never their secrets).
+#[utoipa::path(get, path = "/v1/credentials", tag = "credentials",
+    responses((status = 200, body = Vec<CredentialView>), (status = 401, body = ApiError)))]
+async fn list_credentials(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec<CredentialView>>> {
+    Ok(Json(service::credentials(&s.store).await?))
+}
+
+/// Register an upstream and its credential. The secret is sealed at once
+/// and never returned.
+#[utoipa::path(post, path = "/v1/credentials", tag = "credentials", request_body = NewCredential,
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 201, body = CredentialView), (status = 409, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn add_credential(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Body(c): Body<NewCredential>,
+) -> ApiResult<(StatusCode, Json<CredentialView>)> {
+    let acting = s.store.acting(&actor, "credential.add", &c.name);
+    let done = add_credential_with(&s, &acting, &c).await;
+    service::audited(&acting, done).await?;
+    let view = service::credentials(&s.store)
+        .await?
+        .into_iter()
+        .find(|v| v.name == c.name)
+        .ok_or_else(|| {
+            ApiError::new(StatusCode::CONFLICT, "the credential was removed meanwhile")
+        })?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+async fn add_credential_with(
+    s: &State,
+    store: &crate::store::Store,
+    c: &NewCredential,
+) -> Result<(), AdminError> {
+    let key = s.master_key();
+    let oauth_fields = c.token_url.is_some()
+        || c.client_id.is_some()
+        || !c.scopes.is_empty()
+        || c.audience.is_some()
+        || c.refresh_token.is_some();
+    if c.scheme != "oauth2" && oauth_fields {
+        return Err(AdminError::OAuth(
+            "token_url, client_id, scopes, audience and refresh_token apply to scheme oauth2 only",
+        ));
+    }
+    if c.scheme == "oauth2" {
+        if c.header_name.is_some() || c.username.is_some() {
+            return Err(AdminError::OAuth(
+                "header_name and username do not apply to scheme oauth2",
+            ));
+        }
+        let spec = service::OAuthSpec {
+            name: &c.name,
+            egress: s.config.egress,
+            upstream: &c.upstream,
+            token_url: c
+                .token_url
+                .as_deref()
+                .ok_or(AdminError::OAuth("scheme oauth2 needs token_url"))?,
+            client_id: c
+                .client_id
+                .as_deref()
+                .ok_or(AdminError::OAuth("scheme oauth2 needs client_id"))?,
+            scopes: c.scopes.clone(),
+            audience: c.audience.clone(),
+            client_secret: c.secret.clone(),
+            refresh_token: c.refresh_token.clone(),
+        };
+        return service::credential_add_oauth(store, key, spec).await;
+    }
+    let scheme: Scheme = c
+        .scheme
+        .parse()
+        .map_err(|_| AdminError::BadScheme(c.scheme.clone()))?;
+    let secret = c
+        .secret
+        .clone()
+        .filter(|s| !s.expose_secret().is_empty())
+        .ok_or(AdminError::OAuth(
+            "give the credential's secret in \"secret\"",
+        ))?;
+    service::credential_add(
+        store,
+        key,
+        service::CredentialSpec {
+            name: &c.name,
+            egress: s.config.egress,
+            upstream: &c.upstream,
+            scheme,
+            header_name: c.header_name.as_deref(),
+            username: c.username.as_deref(),
+            secret,
+        },
+    )
+    .await
+}
+
+/// Replace a credential's secret; requests use it within one refresh.
+#[utoipa::path(put, path = "/v1/credentials/{name}/secret", tag = "credentials", request_body = NewSecret,
+    params(NamePath),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 422, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn set_credential_secret(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+    Body(b): Body<NewSecret>,
+) -> ApiResult<StatusCode> {
+    let acting = s.store.acting(&actor, "credential.set-secret", &name);
+    let done = service::credential_set_secret(&acting, s.master_key(), &name, b.secret).await;
+    service::audited(&acting, done).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- callers -------------------------------------------------------------
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewCaller {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    name: String,
+    /// Groups for policies (`Group::"name"`).
+    #[serde(default)]
+    #[schema(inline, value_type = Vec<GroupName>)]
+    groups: Vec<String>,
+}
+
+/// A group name.
+#[derive(ToSchema)]
+#[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+#[allow(dead_code)]
+struct GroupName(String);
+
+/// A new caller and its token: the only time the token is shown.
+#[derive(Serialize, ToSchema)]
+pub struct CreatedCaller {
+    name: String,
+    groups: Vec<String>,
+    /// The caller's bearer token for its connections. Shown once.
+    token: String,
+}
+
+#[utoipa::path(get, path = "/v1/callers", tag = "callers",
+    responses((status = 200, body = Vec<CallerView>), (status = 401, body = ApiError)))]
+async fn list_callers(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec<CallerView>>> {
+    Ok(Json(service::callers(&s.store).await?))
+}
+
+/// Create a caller; its token is in this response only.
+#[utoipa::path(post, path = "/v1/callers", tag = "callers", request_body = NewCaller,
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 201, body = CreatedCaller), (status = 409, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn add_caller(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Body(c): Body<NewCaller>,
+) -> ApiResult<(StatusCode, Json<CreatedCaller>)> {
+    let acting = s.store.acting(&actor, "caller.add", &c.name);
+    let done = service::caller_add(&acting, &c.name, &c.groups).await;
+    let token = service::audited(&acting, done).await?;
+    let mut groups = c.groups;
+    groups.sort();
+    groups.dedup();
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedCaller {
+            name: c.name,
+            groups,
+            token: token.expose_secret().to_string(),
+        }),
+    ))
+}
+
+/// Revoke a caller: its connections stop working with it. The record stays.
+#[utoipa::path(delete, path = "/v1/callers/{name}", tag = "callers", params(NamePath),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn revoke_caller(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    let acting = s.store.acting(&actor, "caller.revoke", &name);
+    let done = service::caller_revoke(&acting, &name).await;
+    service::audited(&acting, done).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- connections ---------------------------------------------------------
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewConnection {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    caller: String,
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    credential: String,
+}
+
+/// A new connection: the address to give the caller's agent.
+#[derive(Serialize, ToSchema)]
+pub struct CreatedConnection {
+    id: String,
+    url: String,
+    caller: String,
+    credential: String,
+}
+
+#[utoipa::path(get, path = "/v1/connections", tag = "connections",
+    responses((status = 200, body = Vec<ConnectionView>), (status = 401, body = ApiError)))]
+async fn list_connections(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec<ConnectionView>>> {
+    Ok(Json(service::connections(&s.store).await?))
+}
+
+/// Allocate an address binding a live caller to a credential.
+#[utoipa::path(post, path = "/v1/connections", tag = "connections", request_body = NewConnection,
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 201, body = CreatedConnection), (status = 404, body = ApiError),
+        (status = 409, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn add_connection(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Body(c): Body<NewConnection>,
+) -> ApiResult<(StatusCode, Json<CreatedConnection>)> {
+    let target = format!("{} on {}", c.caller, c.credential);
+    let acting = s.store.acting(&actor, "connection.add", &target);
+    let done =
+        service::connection_add(&acting, &s.config.public_url, &c.caller, &c.credential).await;
+    let url = service::audited(&acting, done).await?;
+    let id = service::connection_id(&url)?.to_string();
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedConnection {
+            id,
+            url,
+            caller: c.caller,
+            credential: c.credential,
+        }),
+    ))
+}
+
+#[utoipa::path(delete, path = "/v1/connections/{id}", tag = "connections", params(IdPath),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn revoke_connection(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let acting = s.store.acting(&actor, "connection.revoke", &id);
+    let done = service::connection_revoke(&acting, &id).await;
+    service::audited(&acting, done).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- approvals -----------------------------------------------------------
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalsQuery {
+    /// Granted and denied approvals too, not only pending ones.
+    #[serde(default)]
+    all: bool,
+    /// At most this many, newest first (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+    /// The next page: those listed after this approval id (the last of
+    /// the previous page).
+    before: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GrantBody {
+    /// How long the grant lasts: `30s`, `10m` (default), `1h`, `7d`.
+    #[schema(pattern = "^[1-9][0-9]{0,5}[smhd]$")]
+    ttl: Option<String>,
+    /// How many times the call may run within the ttl (default 1).
+    #[schema(value_type = Option<i64>, minimum = 1)]
+    uses: Option<serde_json::Number>,
+}
+
+/// Calls held for a person's approval, newest first.
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
+    responses((status = 422, body = ApiError), (status = 200, body = Vec<Approval>), (status = 401, body = ApiError)))]
+async fn list_approvals(
+    AxState(s): AxState<Arc<State>>,
+    Params(q): Params<ApprovalsQuery>,
+) -> ApiResult<Json<Vec<Approval>>> {
+    let limit = page_size(q.limit)?;
+    Ok(Json(
+        s.store
+            .approvals_page(q.all, q.before.as_deref(), limit)
+            .await
+            .map_err(AdminError::from)?,
+    ))
+}
+
+/// Allow the held call (same tool, params, sub-path, query and session) to run.
+#[utoipa::path(post, path = "/v1/approvals/{id}/grant", tag = "approvals",
+    params(IdPath), request_body(content = Option<GrantBody>),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn grant_approval(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(id): Path<String>,
+    body: Option<Body<Option<GrantBody>>>,
+) -> ApiResult<StatusCode> {
+    let b = body.and_then(|Body(b)| b).unwrap_or_default();
+    let ttl = b.ttl.as_deref().unwrap_or("10m");
+    // JSON has one number type: 2.0 is the integer 2.
+    let uses = match &b.uses {
+        None => 1,
+        Some(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("uses {n}: give a whole number"),
+                )
+            })?,
+    };
+    let acting = s.store.acting(&actor, "approval.grant", &id);
+    let done = service::approval_grant(&acting, &id, ttl, uses).await;
+    service::audited(&acting, done).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Refuse the held call; the denial stands.
+#[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(IdPath),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn deny_approval(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let acting = s.store.acting(&actor, "approval.deny", &id);
+    let done = service::approval_deny(&acting, &id).await;
+    service::audited(&acting, done).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- audit ---------------------------------------------------------------
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditParams {
+    caller: Option<String>,
+    /// A connection id.
+    connection: Option<String>,
+    /// Records at or after this time (unix milliseconds).
+    since_ms: Option<i64>,
+    /// A page: the records following this id, oldest first. Without it,
+    /// the newest records.
+    #[param(minimum = 0)]
+    after_id: Option<i64>,
+    /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// A page of the decision trail.
+#[derive(Serialize, ToSchema)]
+pub struct AuditPage {
+    records: Vec<AuditRecord>,
+    /// Pass as `after_id` for the next page (the last record's id).
+    next_after_id: Option<i64>,
+}
+
+/// The audit trail of authorization decisions, oldest first within a page.
+#[utoipa::path(get, path = "/v1/audit", tag = "audit", params(AuditParams),
+    responses((status = 422, body = ApiError), (status = 200, body = AuditPage), (status = 401, body = ApiError)))]
+async fn query_audit(
+    AxState(s): AxState<Arc<State>>,
+    Params(p): Params<AuditParams>,
+) -> ApiResult<Json<AuditPage>> {
+    if p.after_id.is_some_and(|a| a < 0) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "after_id must be 0 or more",
+        ));
+    }
+    let q = AuditQuery {
+        caller: p.caller,
+        connection: p.connection,
+        since: p.since_ms,
+        after_id: p.after_id,
+        limit: page_size(p.limit)?,
+    };
+    let records = s.store.audit(&q).await.map_err(AdminError::from)?;
+    let next_after_id = records.last().map(|r| r.id).or(p.after_id);
+    Ok(Json(AuditPage {
+        records,
+        next_after_id,
+    }))
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AdminAuditParams {
+    /// A page: the actions before this id, newest first.
+    #[param(minimum = 0)]
+    before_id: Option<i64>,
+    /// Page size (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// Admin actions (API and CLI), newest first.
+#[utoipa::path(get, path = "/v1/admin-audit", tag = "audit", params(AdminAuditParams),
+    responses((status = 422, body = ApiError), (status = 200, body = Vec<AdminAction>), (status = 401, body = ApiError)))]
+async fn admin_audit(
+    AxState(s): AxState<Arc<State>>,
+    Params(p): Params<AdminAuditParams>,
+) -> ApiResult<Json<Vec<AdminAction>>> {
+    let limit = page_size(p.limit)?;
+    if p.before_id.is_some_and(|b| b < 0) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "before_id must be 0 or more",
+        ));
+    }
+    Ok(Json(
+        s.store
+            .admin_audit(p.before_id, limit)
+            .await
+            .map_err(AdminError::from)?,
+    ))
+}
+
+// ---- policies ------------------------------------------------------------
+
+/// The policy set in force on this process.
+#[derive(Serialize, ToSchema)]
+pub struct PolicySet {
+    /// The folder it was read from, or `built-in`.
+    origin: String,
+    files: Vec<String>,
+    ids: Vec<String>,
+    /// Why the last reload failed (the set above stays in force).
+    last_reload_error: Option<String>,
+}
+
+/// Policy texts to validate, as `tessera policy check` does a folder.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTexts {
+    /// File name → Cedar text.
+    files: std::collections::BTreeMap<String, String>,
+    /// A Cedar schema (default: the built-in one).
+    schema: Option<String>,
+}
+
+/// A valid policy set.
+#[derive(Serialize, ToSchema)]
+pub struct PolicyCheck {
+    count: usize,
+    ids: Vec<String>,
+}
+
+#[utoipa::path(get, path = "/v1/policies", tag = "policies",
+    responses((status = 200, body = PolicySet), (status = 401, body = ApiError)))]
+async fn policies_in_force(AxState(s): AxState<Arc<State>>) -> Json<PolicySet> {
+    let p = s.authorizer.policies();
+    Json(PolicySet {
+        origin: p.origin.clone(),
+        files: p.files.clone(),
+        ids: p.ids(),
+        last_reload_error: s.authorizer.reloads().borrow().last_error.clone(),
+    })
+}
+
+/// Validate policies against the schema without installing them.
+#[utoipa::path(post, path = "/v1/policies/check", tag = "policies", request_body = PolicyTexts,
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 200, body = PolicyCheck), (status = 422, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn check_policies(Body(t): Body<PolicyTexts>) -> ApiResult<Json<PolicyCheck>> {
+    let p = crate::authz::cedar::Policies::from_texts(
+        "the request",
+        t.schema.as_deref(),
+        t.files.into_iter().collect(),
+    )
+    .map_err(|e| ApiError::from(AdminError::Policies(e.to_string())))?;
+    Ok(Json(PolicyCheck {
+        count: p.len(),
+        ids: p.ids(),
+    }))
+}
+
+/// Ask every serving process on this database to read its policy folder
+/// again (as `tessera policy reload`).
+#[utoipa::path(post, path = "/v1/policies/reload", tag = "policies",
+    responses((status = 202), (status = 401, body = ApiError)))]
+async fn reload_policies(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+) -> ApiResult<StatusCode> {
+    let acting = s.store.acting(&actor, "policy.reload", "*");
+    let done = acting.bump_policies().await.map_err(AdminError::from);
+    service::audited(&acting, done).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+// ---- operability ---------------------------------------------------------
+
+/// Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "operability",
+    responses((status = 200, content_type = "text/plain; version=0.0.4", body = String),
+        (status = 401, body = ApiError)))]
+async fn metrics(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
+    let text = s.metrics.render(&crate::telemetry::metrics::Gauges {
+        audit_queue_depth: s.audit.queued(),
+        audit_failing: s.audit.failing(),
+    });
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    status: &'static str,
+}
+
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "operability", security(()),
+    responses((status = 200, body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: each check, and whether all pass.
+#[derive(Serialize, ToSchema)]
+pub struct Ready {
+    ready: bool,
+    /// `ok`, or why the database cannot be read.
+    database: String,
+    /// `ok (N policies from ORIGIN)`.
+    policies: String,
+    /// `ok`, or why the master key cannot seal and open.
+    master_key: String,
+}
+
+/// Ready to serve: the database answers, policies are loaded, the master
+/// key seals and opens. 503 when a check fails.
+#[utoipa::path(get, path = "/readyz", tag = "operability", security(()),
+    responses((status = 200, body = Ready), (status = 503, body = Ready)))]
+async fn readyz(AxState(s): AxState<Arc<State>>) -> (StatusCode, Json<Ready>) {
+    let database = match tokio::time::timeout(Duration::from_secs(2), s.store.revision()).await {
+        Ok(Ok(_)) => "ok".to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "the database did not answer within 2 s".to_string(),
+    };
+    let p = s.authorizer.policies();
+    let policies_ok = !p.is_empty();
+    let policies = if policies_ok {
+        format!("ok ({} from {})", p.len(), p.origin)
+    } else {
+        "no policies loaded".to_string()
+    };
+    let probe = SecretString::from("readyz".to_string());
+    let key = s.master_key();
+    let sealed = key.seal("tessera:readyz", &probe);
+    let master_key = match key.open("tessera:readyz", &sealed) {
+        Ok(v) if v.expose_secret() == "readyz" => "ok".to_string(),
+        _ => "the master key does not open what it seals".to_string(),
+    };
+    let ready = database == "ok" && policies_ok && master_key == "ok";
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Ready {
+            ready,
+            database,
+            policies,
+            master_key,
+        }),
+    )
+}

@@ -1,0 +1,648 @@
+//! Admin commands: registering credentials, callers and connections, and
+//! listing them. Separate from the data plane; they write to the store and
+//! the serving process picks the change up from the revision counter.
+
+use url::Url;
+
+use crate::credentials::injection;
+use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
+use crate::crypto::tokens::{new_caller_token, new_connection_id, token_digest};
+use crate::store::model::Scheme;
+use crate::store::{credential_aad, NewCredential, Store, StoreError};
+
+/// Why an admin command failed: one line a person can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Credential(#[from] crate::credentials::CredentialError),
+    #[error("invalid name {0:?}: use 1 to 64 letters, digits, '.', '_' or '-'")]
+    BadName(String),
+    #[error("invalid upstream URL {0:?}: {1}")]
+    BadUpstream(String, &'static str),
+    #[error("{0:?} is neither a connection id nor a tessera connection URL")]
+    BadConnection(String),
+    #[error("invalid --token-url {0:?}: {1}")]
+    BadTokenUrl(String, &'static str),
+    #[error("refused {0} {1:?}: {2}")]
+    Egress(&'static str, String, crate::upstream::egress::EgressError),
+    #[error("{0}")]
+    OAuth(&'static str),
+    #[error("{0}")]
+    Key(String),
+    #[error("invalid ttl {0:?}: give a number and a unit: 30s, 10m, 1h, 7d")]
+    BadTtl(String),
+    #[error("invalid uses {0}: a grant allows 1 or more uses")]
+    BadUses(i64),
+    #[error("invalid scheme {0:?}: use bearer, basic, header or oauth2")]
+    BadScheme(String),
+    #[error("{0}")]
+    Policies(String),
+}
+
+/// Who an admin action is recorded as done by: an admin token's name on
+/// the admin API, `cli` for the command line.
+pub const CLI: &str = "cli";
+
+/// Record how an admin action done on `store` (a [`Store::acting`]
+/// handle) ended, then hand the outcome back. A success was recorded in
+/// the transaction that made the change; a failure, which changed nothing,
+/// is recorded now. A record that cannot be written fails the call, so no
+/// action done through the service layer goes unrecorded unnoticed.
+pub async fn audited<T>(store: &Store, outcome: Result<T, AdminError>) -> Result<T, AdminError> {
+    let said = match &outcome {
+        Ok(_) => "ok".to_string(),
+        Err(e) => e.to_string(),
+    };
+    store.record_action(&said).await?;
+    outcome
+}
+
+/// A credential as listed: never its secret.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct CredentialView {
+    pub name: String,
+    pub upstream: String,
+    /// `bearer`, `basic`, `header` or `oauth2`.
+    pub scheme: String,
+    pub header_name: Option<String>,
+    pub username: Option<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// A caller as listed: never its token.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct CallerView {
+    pub name: String,
+    pub groups: Vec<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A connection as listed.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ConnectionView {
+    pub id: String,
+    pub caller: String,
+    pub credential: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+pub async fn credentials(store: &Store) -> Result<Vec<CredentialView>, AdminError> {
+    Ok(store
+        .credentials()
+        .await?
+        .into_iter()
+        .map(|r| CredentialView {
+            scheme: if r.oauth.is_some() {
+                "oauth2".to_string()
+            } else {
+                r.scheme.as_str().to_string()
+            },
+            name: r.name,
+            upstream: r.upstream,
+            header_name: r.header_name,
+            username: r.username,
+            created_at: r.created_at,
+        })
+        .collect())
+}
+
+pub async fn callers(store: &Store) -> Result<Vec<CallerView>, AdminError> {
+    Ok(store
+        .callers()
+        .await?
+        .into_iter()
+        .map(|r| CallerView {
+            name: r.name,
+            groups: r.groups,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        })
+        .collect())
+}
+
+pub async fn connections(store: &Store) -> Result<Vec<ConnectionView>, AdminError> {
+    Ok(store
+        .connections()
+        .await?
+        .into_iter()
+        .map(|r| ConnectionView {
+            id: r.id,
+            caller: r.caller,
+            credential: r.credential,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        })
+        .collect())
+}
+
+/// Grant a held call: the same call may run `uses` times within `ttl`
+/// (`30s`, `10m`, `1h`, `7d`).
+pub async fn approval_grant(
+    store: &Store,
+    id: &str,
+    ttl: &str,
+    uses: i64,
+) -> Result<(), AdminError> {
+    let d = crate::audit::parse_since(ttl)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| AdminError::BadTtl(ttl.to_string()))?;
+    if uses < 1 {
+        return Err(AdminError::BadUses(uses));
+    }
+    let now = crate::telemetry::time::now_ms();
+    let until = now.saturating_add(d.as_millis().min(i64::MAX as u128) as i64);
+    Ok(store.grant_approval(id, now, until, uses).await?)
+}
+
+pub async fn approval_deny(store: &Store, id: &str) -> Result<(), AdminError> {
+    Ok(store
+        .deny_approval(id, crate::telemetry::time::now_ms())
+        .await?)
+}
+
+/// Create an admin token for the admin HTTP API; returns it, the only time
+/// it exists in clear (the store keeps its SHA-256).
+pub async fn admin_token_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
+    check_name(name)?;
+    let token = crate::crypto::tokens::new_admin_token();
+    store
+        .add_admin_token(name, &token_digest(token.expose_secret().as_bytes()))
+        .await?;
+    Ok(token)
+}
+
+pub async fn admin_token_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
+    Ok(store.revoke_admin_token(name).await?)
+}
+
+/// A credential definition as given on the command line.
+pub struct CredentialSpec<'a> {
+    pub name: &'a str,
+    /// Whether internal and plain-HTTP upstreams may be registered.
+    pub egress: crate::upstream::egress::Egress,
+    pub upstream: &'a str,
+    pub scheme: Scheme,
+    pub header_name: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub secret: SecretString,
+}
+
+pub fn check_name(name: &str) -> Result<(), AdminError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    ok.then_some(())
+        .ok_or_else(|| AdminError::BadName(name.to_string()))
+}
+
+/// Replace a credential's secret, checked against its scheme as at
+/// registration and sealed to its row.
+pub async fn credential_set_secret(
+    store: &Store,
+    key: &MasterKey,
+    name: &str,
+    secret: SecretString,
+) -> Result<(), AdminError> {
+    let row = store
+        .credentials()
+        .await?
+        .into_iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "credential",
+            name: name.to_string(),
+        })?;
+    let aad = credential_aad(name);
+    let sealed = if row.oauth.is_some() {
+        // An OAuth credential's secret is its client secret; the refresh
+        // token sealed beside it stays.
+        let opened = key.open(&aad, &row.sealed).map_err(|_| {
+            AdminError::OAuth("the credential's sealed secrets do not open with this master key")
+        })?;
+        let mut secrets =
+            crate::credentials::oauth::OAuthSecrets::parse(&opened).map_err(|_| {
+                AdminError::OAuth("the credential's sealed OAuth secrets are unreadable")
+            })?;
+        secrets.client_secret = Some(secret.expose_secret().to_string());
+        secrets.seal(key, &aad)
+    } else {
+        injection(
+            row.scheme,
+            row.header_name.as_deref(),
+            row.username.as_deref(),
+            &secret,
+        )?;
+        key.seal(&aad, &secret)
+    };
+    store.set_credential_secret(name, &sealed).await?;
+    Ok(())
+}
+
+/// An OAuth 2.x credential as given on the command line.
+pub struct OAuthSpec<'a> {
+    pub name: &'a str,
+    /// Whether internal and plain-HTTP upstreams and token URLs may be
+    /// registered.
+    pub egress: crate::upstream::egress::Egress,
+    pub upstream: &'a str,
+    pub token_url: &'a str,
+    pub client_id: &'a str,
+    pub scopes: Vec<String>,
+    pub audience: Option<String>,
+    pub client_secret: Option<SecretString>,
+    pub refresh_token: Option<SecretString>,
+}
+
+/// Register an OAuth 2.x credential: with a refresh token it uses the
+/// refresh-token grant, else the client-credentials grant (which needs a
+/// client secret). The secrets are sealed together; the first token is
+/// fetched by `serve` at the first request.
+pub async fn credential_add_oauth(
+    store: &Store,
+    key: &MasterKey,
+    spec: OAuthSpec<'_>,
+) -> Result<(), AdminError> {
+    use crate::credentials::oauth::{Grant, OAuthConfig, OAuthSecrets};
+    check_name(spec.name)?;
+    let url = check_upstream(spec.upstream)?;
+    let token_url = check_upstream(spec.token_url).map_err(|e| match e {
+        AdminError::BadUpstream(u, why) => AdminError::BadTokenUrl(u, why),
+        e => e,
+    })?;
+    check_egress(spec.egress, "upstream URL", &url).await?;
+    check_egress(spec.egress, "--token-url", &token_url).await?;
+    if spec.client_id.is_empty() || spec.client_id.chars().any(char::is_control) {
+        return Err(AdminError::OAuth(
+            "--client-id must be a non-empty printable string",
+        ));
+    }
+    let grant = match (&spec.refresh_token, &spec.client_secret) {
+        (Some(_), _) => Grant::RefreshToken,
+        (None, Some(_)) => Grant::ClientCredentials,
+        (None, None) => {
+            return Err(AdminError::OAuth(
+                "give a client secret (--client-secret-env or --client-secret-stdin) for the client-credentials grant, or a refresh token (--refresh-token-env or --refresh-token-stdin)",
+            ))
+        }
+    };
+    let config = OAuthConfig {
+        token_url,
+        client_id: spec.client_id.to_string(),
+        scopes: spec.scopes,
+        audience: spec.audience,
+        resource: None,
+        grant,
+    };
+    let secrets = OAuthSecrets {
+        client_secret: spec.client_secret.map(|s| s.expose_secret().to_string()),
+        refresh_token: spec.refresh_token.map(|s| s.expose_secret().to_string()),
+    };
+    let sealed = secrets.seal(key, &credential_aad(spec.name));
+    let config = serde_json::to_string(&config).expect("settings serialize");
+    store
+        .add_credential(NewCredential {
+            name: spec.name,
+            upstream: url.as_str(),
+            scheme: Scheme::Bearer,
+            header_name: None,
+            username: None,
+            sealed,
+            oauth: Some(&config),
+        })
+        .await?;
+    Ok(())
+}
+
+/// Validate an upstream URL: absolute http(s) with a host, no credentials
+/// in it (they would travel outside the sealed store), no fragment.
+pub fn check_upstream(s: &str) -> Result<Url, AdminError> {
+    let bad = |why| AdminError::BadUpstream(s.to_string(), why);
+    let u = Url::parse(s).map_err(|_| bad("not an absolute URL"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if u.host().is_none() {
+        return Err(bad("it has no host"));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(bad("put credentials in the secret, not in the URL"));
+    }
+    if u.fragment().is_some() {
+        return Err(bad("it has a fragment"));
+    }
+    Ok(u)
+}
+
+/// Refuse a URL tessera may not connect to (see [`crate::upstream::egress`]): the
+/// same rule `serve` applies again at every connection.
+pub async fn check_egress(
+    egress: crate::upstream::egress::Egress,
+    what: &'static str,
+    url: &Url,
+) -> Result<(), AdminError> {
+    egress
+        .check_registration(url)
+        .await
+        .map_err(|e| AdminError::Egress(what, url.to_string(), e))
+}
+
+/// Register an upstream and its credential; the secret is sealed before it
+/// leaves this function.
+pub async fn credential_add(
+    store: &Store,
+    key: &MasterKey,
+    spec: CredentialSpec<'_>,
+) -> Result<(), AdminError> {
+    check_name(spec.name)?;
+    let url = check_upstream(spec.upstream)?;
+    check_egress(spec.egress, "upstream URL", &url).await?;
+    // Build the header once now, so a bad secret or scheme is refused at
+    // registration rather than at the first request.
+    injection(spec.scheme, spec.header_name, spec.username, &spec.secret)?;
+    let header_name = match spec.scheme {
+        Scheme::Header => spec.header_name.map(str::to_ascii_lowercase),
+        _ => None,
+    };
+    let sealed = key.seal(&credential_aad(spec.name), &spec.secret);
+    store
+        .add_credential(NewCredential {
+            name: spec.name,
+            upstream: url.as_str(),
+            scheme: spec.scheme,
+            header_name: header_name.as_deref(),
+            username: if spec.scheme == Scheme::Basic {
+                spec.username
+            } else {
+                None
+            },
+            sealed,
+            oauth: None,
+        })
+        .await?;
+    Ok(())
+}
+
+/// Create a caller in `groups` (names like a caller's; policies refer to
+/// them as `Group::"name"`); returns its token, the only time it exists in
+/// clear.
+pub async fn caller_add(
+    store: &Store,
+    name: &str,
+    groups: &[String],
+) -> Result<SecretString, AdminError> {
+    check_name(name)?;
+    for g in groups {
+        check_name(g)?;
+    }
+    let mut groups = groups.to_vec();
+    groups.sort();
+    groups.dedup();
+    let token = new_caller_token();
+    store
+        .add_caller(
+            name,
+            &token_digest(token.expose_secret().as_bytes()),
+            &groups,
+        )
+        .await?;
+    Ok(token)
+}
+
+pub async fn caller_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
+    Ok(store.revoke_caller(name).await?)
+}
+
+/// The connection URL for an id.
+pub fn connection_url(public_url: &Url, id: &str) -> String {
+    format!("{}/c/{id}", public_url.as_str().trim_end_matches('/'))
+}
+
+/// Allocate an address binding `caller` to `credential`; returns its URL.
+pub async fn connection_add(
+    store: &Store,
+    public_url: &Url,
+    caller: &str,
+    credential: &str,
+) -> Result<String, AdminError> {
+    let id = new_connection_id();
+    store.add_connection(&id, caller, credential).await?;
+    Ok(connection_url(public_url, &id))
+}
+
+/// The id in `ID_OR_URL`: a bare id, or a URL whose path is `/c/<id>`.
+pub fn connection_id(id_or_url: &str) -> Result<&str, AdminError> {
+    let bad = || AdminError::BadConnection(id_or_url.to_string());
+    let id = match id_or_url.find("/c/") {
+        Some(i) if id_or_url.contains("://") => id_or_url[i + 3..].trim_end_matches('/'),
+        _ => id_or_url,
+    };
+    let ok = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    ok.then_some(id).ok_or_else(bad)
+}
+
+pub async fn connection_revoke(store: &Store, id_or_url: &str) -> Result<(), AdminError> {
+    Ok(store.revoke_connection(connection_id(id_or_url)?).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_urls() {
+        assert!(check_name("github-prod_1.x").is_ok());
+        for bad in ["", "a b", "a/b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err());
+        }
+        assert!(check_upstream("https://api.example/mcp").is_ok());
+        for bad in [
+            "api.example",
+            "ftp://a",
+            "https://u:p@a/",
+            "http://a/#f",
+            "file:///etc",
+        ] {
+            assert!(check_upstream(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn connection_ids() {
+        assert_eq!(connection_id("abc").unwrap(), "abc");
+        assert_eq!(
+            connection_id("http://127.0.0.1:7470/c/abc_-1").unwrap(),
+            "abc_-1"
+        );
+        assert!(connection_id("http://h/c/a/b").is_err());
+        assert!(connection_id("a b").is_err());
+    }
+}
+
+/// What `key rotate` did.
+#[derive(Debug)]
+pub struct Rotated {
+    pub new_id: String,
+    pub resealed: usize,
+    /// The key file now holding the new key first, if the ring is a file.
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// Re-seal every secret under a new master key, in one transaction, while
+/// `serve` keeps serving. With a key file: the new key is first added to
+/// the file as an extra key (serving processes re-read the file at their
+/// next reload, which the re-seal triggers, so they open both), then every
+/// secret is re-sealed, then the new key becomes the current one; the old
+/// keys stay in the file to open anything sealed meanwhile, until `key
+/// status` shows them unused. With `TESSERA_MASTER_KEY`, the new key comes
+/// from `new_key` and the environment of serving processes is the admin's
+/// to update.
+///
+/// `progress(done, total)` is called as each secret is re-sealed (before
+/// the one transaction that stores them all commits).
+pub async fn key_rotate(
+    store: &Store,
+    key: &MasterKey,
+    new_key: Option<String>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Rotated, AdminError> {
+    use crate::crypto::keyring::{key_id_hex, new_key_base64, SealError};
+    let file = key.file().map(std::path::Path::to_path_buf);
+    let new_b64 = match (new_key, &file) {
+        (Some(k), _) => k.trim().to_string(),
+        (None, Some(_)) => new_key_base64(),
+        (None, None) => {
+            return Err(AdminError::Key(
+                "TESSERA_MASTER_KEY is set: give the new key in TESSERA_MASTER_KEY_NEW".into(),
+            ))
+        }
+    };
+    let old: Vec<String> = match &file {
+        Some(f) => std::fs::read_to_string(f)
+            .map_err(|e| AdminError::Key(format!("reading {}: {e}", f.display())))?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => Vec::new(),
+    };
+    let next = MasterKey::load(
+        Some(&format!("{new_b64},{}", old.join(","))),
+        std::path::Path::new("."),
+    )
+    .or_else(|_| MasterKey::load(Some(&new_b64), std::path::Path::new(".")))
+    .map_err(|e: SealError| AdminError::Key(format!("TESSERA_MASTER_KEY_NEW: {e}")))?;
+    let new_id = next.ids()[0];
+    if key.ids().contains(&new_id) && key.ids()[0] == new_id {
+        return Err(AdminError::Key(
+            "the new key is already the current key".into(),
+        ));
+    }
+    if let Some(f) = &file {
+        // Serving processes learn the new key before anything uses it.
+        let mut lines = old.clone();
+        lines.retain(|l| *l != new_b64);
+        lines.push(new_b64.clone());
+        replace_key_file(f, &lines)?;
+    }
+    let sealed_values = store.sealed_values().await?;
+    let total = sealed_values.len();
+    let mut resealed = Vec::with_capacity(total);
+    for (table, name, sealed) in sealed_values {
+        let aad = match table {
+            "credentials" => crate::store::credential_aad(&name),
+            _ => crate::credentials::oauth::token_aad(&name),
+        };
+        let secret = key.open(&aad, &sealed).map_err(|_| StoreError::Sealed {
+            credential: name.clone(),
+        })?;
+        resealed.push((table, name, next.seal(&aad, &secret)));
+        progress(resealed.len(), total);
+    }
+    store.reseal(&resealed).await?;
+    if let Some(f) = &file {
+        let mut lines = vec![new_b64.clone()];
+        lines.extend(old.into_iter().filter(|l| *l != new_b64));
+        replace_key_file(f, &lines)?;
+        // Serving processes reload the ring now and seal with the new key.
+        store.reseal(&[]).await?;
+    }
+    Ok(Rotated {
+        new_id: key_id_hex(&new_id),
+        resealed: resealed.len(),
+        file,
+    })
+}
+
+/// Write the key file whole: a private temporary file renamed over it.
+fn replace_key_file(path: &std::path::Path, lines: &[String]) -> Result<(), AdminError> {
+    use std::io::Write;
+    let tmp = path.with_extension("key.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp)?;
+        f.write_all(format!("{}\n", lines.join("\n")).as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| AdminError::Key(format!("writing {}: {e}", path.display())))
+}
+
+/// One key id and what uses it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyUse {
+    pub id: String,
+    pub in_ring: bool,
+    pub current: bool,
+    /// Sealed values under this key.
+    pub sealed: usize,
+}
+
+/// Which key ids seal the stored secrets, and which keys the ring holds.
+/// Values sealed before key ids are counted under id "legacy".
+pub async fn key_status(store: &Store, key: &MasterKey) -> Result<Vec<KeyUse>, AdminError> {
+    use crate::crypto::keyring::{key_id_hex, sealed_key_id};
+    let ring: Vec<String> = key.ids().iter().map(key_id_hex).collect();
+    let mut uses: Vec<KeyUse> = ring
+        .iter()
+        .enumerate()
+        .map(|(i, id)| KeyUse {
+            id: id.clone(),
+            in_ring: true,
+            current: i == 0,
+            sealed: 0,
+        })
+        .collect();
+    for (_, _, sealed) in store.sealed_values().await? {
+        let id = sealed_key_id(&sealed).map_or_else(|| "legacy".to_string(), |i| key_id_hex(&i));
+        match uses.iter_mut().find(|u| u.id == id) {
+            Some(u) => u.sealed += 1,
+            None => uses.push(KeyUse {
+                id,
+                in_ring: false,
+                current: false,
+                sealed: 1,
+            }),
+        }
+    }
+    Ok(uses)
+}

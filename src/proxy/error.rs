@@ -1,0 +1,450 @@
+//! The one error type at the request boundary, and the one function that
+//! turns it into an HTTP status and a JSON-RPC error body.
+//!
+//! Refusals are everyday events (a wrong token, a probe of a random
+//! address): their variants carry no data and their messages are static
+//! strings, so refusing costs no formatting beyond the response body.
+//! No variant ever holds a secret.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use serde_json::value::RawValue;
+
+use crate::proxy::body::{full, ProxyBody};
+
+/// Why tessera answered a request itself instead of forwarding it.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    // ---- refused before anything was loaded -------------------------------
+    #[error("method not allowed: tessera forwards POST, GET and DELETE only")]
+    MethodNotAllowed,
+    #[error("not found: no connection at this address")]
+    NotFound,
+    #[error("forbidden: the Origin header is not in tessera's allowed origins")]
+    ForbiddenOrigin,
+    #[error("forbidden: the Host header names neither tessera's public host nor a loopback name")]
+    ForbiddenHost,
+    #[error("URI too long: tessera accepts request targets of at most {0} bytes")]
+    UriTooLong(usize),
+    #[error("request header fields too large: tessera accepts at most {0} header fields and {1} bytes of them")]
+    HeadersTooLarge(usize, usize),
+    // ---- the caller ------------------------------------------------------
+    #[error(
+        "unauthorized: send the caller token tessera issued as 'Authorization: Bearer <token>'"
+    )]
+    Unauthorized,
+    #[error("forbidden: {0}")]
+    Denied(String),
+    /// A `tools/call` that policy refused: answered as a tool result with
+    /// `isError: true`, which the model reads as feedback.
+    #[error("tessera refused the call of tool {tool:?} on connection {connection}: {denial}. This is the proxy's policy, not a fault in the call: do not retry it; pick another way or ask the user.")]
+    ToolDenied {
+        tool: String,
+        connection: String,
+        denial: crate::authz::Grounds,
+    },
+    /// A `tools/call` held for a person's approval (pending, or denied by
+    /// a person): answered as a tool result the model reads.
+    #[error("{}", held_text(tool, connection, approval, *denied))]
+    ToolHeld {
+        tool: String,
+        connection: String,
+        approval: String,
+        denied: bool,
+    },
+    /// Any other request held for approval, or a batch with a held call.
+    #[error("forbidden: {0}")]
+    Held(String),
+    #[error("tessera could not record or check the approval for this call (its database failed); try again shortly")]
+    ApprovalUnavailable,
+    /// The audit trail cannot take the request's record: its database
+    /// fails and the queue of unwritten records is full.
+    #[error("tessera cannot write its audit trail (its database is failing and the queue of unwritten records is full), so the request was not forwarded; try again shortly")]
+    AuditUnavailable,
+    #[error("request body too large: the limit is {0} bytes")]
+    PayloadTooLarge(usize),
+    /// The memory for request bodies across all requests is in use
+    /// (`--max-body-memory`; see [`crate::limits::capacity::BodyMemory`]).
+    #[error("service unavailable: the memory tessera sets aside for request bodies (--max-body-memory) is in use by other requests, so this one was not read nor forwarded; retry after the time in Retry-After")]
+    BodyMemory,
+    #[error("parse error: the request body is not valid JSON")]
+    ParseError,
+    #[error("invalid request: {0}")]
+    InvalidRequest(&'static str),
+    /// A sub-path an upstream's server could read otherwise than tessera
+    /// (see [`crate::proxy::route::normalize_sub_path`]).
+    #[error("invalid request: {} (rule {})", .0.text(), .0.reason())]
+    SubPath(PathRule),
+    /// A query parameter named like a credential (see
+    /// [`crate::proxy::forward::refuse_credential_query`]).
+    #[error("invalid request: the query may not carry a credential (a parameter named access_token, token, api_key, key, secret, password, auth or the like); tessera injects the upstream's credential itself, and the caller's token goes in 'Authorization: Bearer <token>' (rule query_credential)")]
+    QueryCredential,
+    /// A message upstreams could read otherwise than tessera did (names
+    /// equal ignoring letter case, a method in another letter case):
+    /// refused, since its original bytes are what would be forwarded.
+    #[error("invalid request: ambiguous message: {0}; an upstream could read it otherwise than tessera would decide it, so it is not forwarded")]
+    Ambiguous(&'static str),
+    /// The 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`) say other
+    /// than the body: an intermediary routing on them and the upstream
+    /// running the body would act on different calls.
+    #[error("invalid request: header mismatch: {0}")]
+    HeaderMismatch(&'static str),
+    /// `MCP-Protocol-Version` says another revision than the body's
+    /// `_meta` (2026-07-28): policies and the upstream would read
+    /// different revisions.
+    #[error("invalid request: the MCP-Protocol-Version header ({header}) is not the protocol version in the body's _meta ({meta})")]
+    VersionMismatch { header: String, meta: String },
+    /// An `Mcp-Session-Id` this caller did not open on this connection
+    /// (another caller's, a forged one, one from another connection):
+    /// answered as an unknown session is, whoever owns it.
+    #[error("session not found: this Mcp-Session-Id was not opened by this caller on this connection; start a new session (initialize)")]
+    SessionUnknown,
+    #[error("reading the request body failed")]
+    RequestBody,
+    #[error("request timeout: the request body did not arrive within {0} ms")]
+    RequestTimeout(u64),
+    /// A caller over its limits, or a source failing authentication over
+    /// and over (see [`crate::limits`]).
+    #[error("{}", too_many_text(*.0))]
+    TooMany(TooMany, u32),
+    // ---- the upstream ----------------------------------------------------
+    #[error(
+        "upstream unreachable for credential {credential:?}: could not connect to the MCP server"
+    )]
+    UpstreamUnreachable { credential: String },
+    /// The egress rule refused the upstream (see [`crate::upstream::egress`]); the
+    /// address itself goes to the log, not to the caller.
+    #[error("tessera will not connect to the upstream of credential {credential:?}: it is an internal address or plain http://, which this tessera does not allow (--allow-private-upstreams); ask the admin")]
+    UpstreamForbidden { credential: String },
+    /// The upstream's TLS could not be trusted or negotiated.
+    #[error("TLS to {host}, the upstream of credential {credential:?}, failed: {why}; ask the admin (a private certificate authority goes in --upstream-ca-file)")]
+    UpstreamTls {
+        credential: String,
+        host: String,
+        why: String,
+    },
+    #[error(
+        "upstream timeout for credential {credential:?}: the MCP server did not answer in time"
+    )]
+    UpstreamTimeout { credential: String },
+    #[error("the upstream rejected the stored credential {credential:?} for this connection (HTTP {status}); ask the admin to check or replace it")]
+    CredentialRejected { credential: String, status: u16 },
+    #[error(
+        "upstream error for credential {credential:?}: the MCP server broke the HTTP exchange"
+    )]
+    UpstreamProtocol { credential: String },
+    /// No OAuth token could be had for the credential.
+    #[error("cannot get an OAuth token for credential {credential:?}: {error}; ask the admin to check the credential")]
+    TokenEndpoint {
+        credential: String,
+        error: crate::credentials::oauth::TokenError,
+    },
+    /// The upstream answered in a content coding tessera cannot undo (so
+    /// it could not be scanned for the secret, nor filtered).
+    #[error("upstream error for credential {credential:?}: the MCP server answered in a content coding tessera cannot decode")]
+    UpstreamEncoding { credential: String },
+    /// A `tools/list` answer that could not be filtered is not passed on.
+    #[error("upstream error for credential {credential:?}: {error}")]
+    ToolsList {
+        credential: String,
+        error: crate::proxy::response::tool_list::ListError,
+    },
+}
+
+/// Why a sub-path was refused: each rule is its own refusal reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathRule {
+    Backslash,
+    EncodedSeparator,
+    DoubleEncoding,
+    BadEscape,
+    Parameter,
+    DotSegment,
+    EmptySegment,
+}
+
+impl PathRule {
+    /// The refusal reason (access log, metrics) and the rule's name in
+    /// the answer.
+    pub fn reason(self) -> &'static str {
+        match self {
+            PathRule::Backslash => "path_backslash",
+            PathRule::EncodedSeparator => "path_encoded_separator",
+            PathRule::DoubleEncoding => "path_double_encoding",
+            PathRule::BadEscape => "path_bad_escape",
+            PathRule::Parameter => "path_parameter",
+            PathRule::DotSegment => "path_dot_segment",
+            PathRule::EmptySegment => "path_empty_segment",
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            PathRule::Backslash => "the path may not contain a backslash",
+            PathRule::EncodedSeparator => {
+                "the path may not contain an encoded '/' or '\\' (%2F, %5C)"
+            }
+            PathRule::DoubleEncoding => {
+                "the path may not be encoded twice (%25 followed by two hex digits)"
+            }
+            PathRule::BadEscape => "the path has a '%' that is not followed by two hex digits",
+            PathRule::Parameter => "the path may not contain ';' (or %3B) parameters",
+            PathRule::DotSegment => "the path may not contain '.' or '..' segments, encoded or not",
+            PathRule::EmptySegment => "the path may not contain an empty segment ('//')",
+        }
+    }
+}
+
+/// Which limit a 429 is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TooMany {
+    /// The caller's requests (and streams) in flight.
+    InFlight,
+    /// The caller's request rate.
+    Rate,
+    /// Failed authentication from this source or on this address.
+    FailedAuth,
+    /// The caller's approvals waiting for a person
+    /// (`--max-pending-approvals`).
+    PendingApprovals,
+}
+
+fn too_many_text(kind: TooMany) -> &'static str {
+    match kind {
+        TooMany::InFlight => "too many requests: this caller has too many requests and streams open at once; retry after the time in Retry-After",
+        TooMany::Rate => "too many requests: this caller is over its request rate; retry after the time in Retry-After",
+        TooMany::PendingApprovals => "too many calls of this caller are waiting for a person's approval; this call was not recorded and has not run. Wait until a person decides the pending ones, then retry (no sooner than Retry-After)",
+        TooMany::FailedAuth => "too many failed authentications from this source or on this address; send the caller token tessera issued as 'Authorization: Bearer <token>', after the time in Retry-After",
+    }
+}
+
+/// The `Retry-After` of a refusal for a failing database: its outages are
+/// not measured in milliseconds, nor is a retry loop wanted.
+const DB_RETRY_AFTER_S: u32 = 2;
+
+/// The model-facing text of a held tool call.
+fn held_text(tool: &str, connection: &str, approval: &str, denied: bool) -> String {
+    if denied {
+        format!("A person denied the call of tool {tool:?} on connection {connection} (approval {approval}). It has not run. Do not retry it; pick another way or ask the user.")
+    } else {
+        format!("tessera is holding the call of tool {tool:?} on connection {connection} for a person's approval (approval {approval}, pending). It has not run. Once a person approves it, retry the same call (same arguments, on the same path and session); a different call needs its own approval.")
+    }
+}
+
+impl ProxyError {
+    /// The HTTP status for this error.
+    pub fn status(&self) -> StatusCode {
+        use ProxyError::*;
+        match self {
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            NotFound | SessionUnknown => StatusCode::NOT_FOUND,
+            ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
+            ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
+            ApprovalUnavailable | AuditUnavailable | BodyMemory => StatusCode::SERVICE_UNAVAILABLE,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            TooMany(..) => StatusCode::TOO_MANY_REQUESTS,
+            ParseError
+            | InvalidRequest(_)
+            | SubPath(_)
+            | QueryCredential
+            | Ambiguous(_)
+            | HeaderMismatch(_)
+            | VersionMismatch { .. }
+            | RequestBody => StatusCode::BAD_REQUEST,
+            UpstreamUnreachable { .. }
+            | UpstreamForbidden { .. }
+            | UpstreamTls { .. }
+            | CredentialRejected { .. }
+            | UpstreamProtocol { .. }
+            | ToolsList { .. }
+            | UpstreamEncoding { .. }
+            | TokenEndpoint { .. } => StatusCode::BAD_GATEWAY,
+            UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The JSON-RPC error code: the standard ones where they fit, else the
+    /// implementation-defined server-error range.
+    pub fn code(&self) -> i32 {
+        use ProxyError::*;
+        match self {
+            ParseError => -32700,
+            InvalidRequest(_) | SubPath(_) | QueryCredential | Ambiguous(_) | HeaderMismatch(_)
+            | RequestBody | PayloadTooLarge(_) | MethodNotAllowed | UriTooLong(_)
+            | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
+            TooMany(..) => -32029,
+            // The code the SDKs' servers use for an unknown session.
+            Unauthorized | SessionUnknown => -32001,
+            // 2026-07-28's code for a version header that is not `_meta`'s.
+            VersionMismatch { .. } => -32020,
+            ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
+            Held(_) | ToolHeld { .. } => -32005,
+            ApprovalUnavailable => -32012,
+            AuditUnavailable => -32013,
+            BodyMemory => -32014,
+            NotFound => -32004,
+            UpstreamUnreachable { .. }
+            | UpstreamForbidden { .. }
+            | UpstreamTls { .. }
+            | UpstreamProtocol { .. }
+            | CredentialRejected { .. }
+            | ToolsList { .. }
+            | UpstreamEncoding { .. }
+            | TokenEndpoint { .. } => -32010,
+            UpstreamTimeout { .. } => -32011,
+        }
+    }
+
+    /// A short label for the access log and, later, metrics.
+    pub fn reason(&self) -> &'static str {
+        use ProxyError::*;
+        match self {
+            MethodNotAllowed => "method",
+            NotFound => "not_found",
+            ForbiddenOrigin => "origin",
+            ForbiddenHost => "host",
+            Unauthorized => "unauthenticated",
+            Denied(_) | ToolDenied { .. } => "denied",
+            Held(_) | ToolHeld { .. } => "held",
+            ApprovalUnavailable => "approval_unavailable",
+            AuditUnavailable => "audit_unavailable",
+            ToolsList { .. } => "tools_list",
+            TokenEndpoint { .. } => "token_endpoint",
+            PayloadTooLarge(_) => "too_large",
+            BodyMemory => "body_memory",
+            ParseError => "parse",
+            InvalidRequest(_) => "invalid",
+            SubPath(rule) => rule.reason(),
+            QueryCredential => "query_credential",
+            Ambiguous(_) => "ambiguous",
+            HeaderMismatch(_) => "header_mismatch",
+            VersionMismatch { .. } => "version_mismatch",
+            SessionUnknown => "session_unknown",
+            RequestBody => "request_body",
+            UriTooLong(_) => "uri_too_long",
+            HeadersTooLarge(..) => "headers_too_large",
+            RequestTimeout(_) => "request_timeout",
+            TooMany(self::TooMany::InFlight, _) => "caller_in_flight",
+            TooMany(self::TooMany::Rate, _) => "caller_rate",
+            TooMany(self::TooMany::FailedAuth, _) => "auth_throttled",
+            TooMany(self::TooMany::PendingApprovals, _) => "approvals_pending_cap",
+            UpstreamUnreachable { .. } => "upstream_unreachable",
+            UpstreamForbidden { .. } => "upstream_forbidden",
+            UpstreamTls { .. } => "upstream_tls",
+            UpstreamTimeout { .. } => "upstream_timeout",
+            CredentialRejected { .. } => "credential_rejected",
+            UpstreamProtocol { .. } => "upstream_protocol",
+            UpstreamEncoding { .. } => "upstream_encoding",
+        }
+    }
+
+    /// The response: status, JSON-RPC error body carrying the request's id
+    /// when it could be read (`null` otherwise), and the headers a client
+    /// needs to act (`Allow`, tessera's own `WWW-Authenticate`). With the
+    /// credential's `redactor`, the body is redacted like an upstream's.
+    /// `result_type`: the caller speaks a revision (2026-07-28 on) whose
+    /// results carry `resultType`, without which its SDK throws a result
+    /// away unread (see [`crate::proxy::jsonrpc::results_carry_type`]).
+    pub fn into_response(
+        self,
+        id: Option<&RawValue>,
+        redactor: Option<&crate::redact::Redactor>,
+        result_type: bool,
+    ) -> Response<ProxyBody> {
+        let body = match self {
+            ProxyError::ToolDenied { .. } | ProxyError::ToolHeld { .. } => {
+                let mut result = serde_json::json!({
+                    "content": [{ "type": "text", "text": self.to_string() }],
+                    "isError": true,
+                });
+                if result_type {
+                    result["resultType"] = "complete".into();
+                }
+                serde_json::json!({ "jsonrpc": "2.0", "id": id, "result": result })
+            }
+            _ => serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": { "code": self.code(), "message": self.to_string() },
+            }),
+        };
+        let body = body.to_string();
+        let body = match redactor {
+            Some(r) => r.text(&body).into_owned(),
+            None => body,
+        };
+        let mut resp = Response::new(full(Bytes::from(body)));
+        *resp.status_mut() = self.status();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        match self {
+            ProxyError::MethodNotAllowed => {
+                h.insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
+            }
+            ProxyError::Unauthorized => {
+                h.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"tessera\""),
+                );
+            }
+            ProxyError::TooMany(_, seconds) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            ProxyError::ApprovalUnavailable | ProxyError::AuditUnavailable => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(DB_RETRY_AFTER_S));
+            }
+            ProxyError::BodyMemory => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(1));
+            }
+            ProxyError::RequestTimeout(_) | ProxyError::HeadersTooLarge(..) => {
+                // The connection's state is unknown (half a body, a head
+                // cut short): the client starts afresh on a new one.
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses() {
+        assert_eq!(ProxyError::MethodNotAllowed.status(), 405);
+        assert_eq!(ProxyError::Unauthorized.status(), 401);
+        assert_eq!(ProxyError::NotFound.status(), 404);
+        assert_eq!(ProxyError::PayloadTooLarge(1).status(), 413);
+        let c = || "gh".to_string();
+        assert_eq!(
+            ProxyError::UpstreamTimeout { credential: c() }.status(),
+            504
+        );
+        assert_eq!(
+            ProxyError::CredentialRejected {
+                credential: c(),
+                status: 401
+            }
+            .status(),
+            502
+        );
+    }
+
+    #[test]
+    fn response_carries_id_and_headers() {
+        let id = RawValue::from_string("7".into()).unwrap();
+        let r = ProxyError::Unauthorized.into_response(Some(&id), None, false);
+        assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
+        let r = ProxyError::MethodNotAllowed.into_response(None, None, false);
+        assert_eq!(r.headers()["allow"], "POST, GET, DELETE");
+    }
+}

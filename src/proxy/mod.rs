@@ -1,0 +1,950 @@
+//! The data-plane request handler: one linear function through the stages
+//! route → check origin/host → authenticate → authorize → forward → filter.
+//! Each stage passes the request on or returns early through `?`; one place
+//! turns the error into the response and one access-log event is written at
+//! the end, errors included.
+
+pub mod authn;
+pub mod body;
+pub mod error;
+pub mod forward;
+pub mod jsonrpc;
+pub mod listener;
+pub mod origin;
+pub mod raw_head;
+pub mod response;
+pub mod route;
+pub mod session;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use compact_str::CompactString;
+use http::{header, HeaderMap, HeaderName, Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::authz::approvals::{self, arguments_digest, Held, Settled};
+use crate::authz::cedar::Policies;
+use crate::authz::{Authorizer, AuthzRequest, Verdict};
+use crate::crypto::tokens::sha256_hex;
+use crate::limits::Refusal;
+use crate::model::Auth;
+use crate::proxy::authn::{authenticate, connection_for};
+use crate::proxy::body::{Metered, ProxyBody};
+use crate::proxy::error::{ProxyError, TooMany};
+use crate::proxy::forward::{upstream_request, upstream_uri, SendError};
+use crate::proxy::jsonrpc::peek;
+use crate::proxy::response::headers::{
+    credential_rejected, filter_response_headers, host_is_tessera, keep_locations_within_upstream,
+};
+use crate::proxy::response::tool_list::ToolFilter;
+use crate::proxy::route::route;
+use crate::state::State;
+use crate::store::model::{AuditRecord, CallKey};
+
+/// What the access log records of one request. Never a secret: the
+/// connection id is shortened, tokens and credential values never enter.
+#[derive(Default)]
+struct Access {
+    caller: Option<Arc<crate::model::Caller>>,
+    // Short strings are kept inline (no allocation per request for the
+    // usual method and tool names).
+    connection: Option<CompactString>,
+    rpc_method: Option<CompactString>,
+    tool: Option<CompactString>,
+    reason: Option<&'static str>,
+    /// The raw JSON id, to answer a refusal with it.
+    id: Option<CompactString>,
+    /// The full connection id, for the audit trail.
+    connection_id: Option<String>,
+    /// Each authorization decision made, for the audit trail.
+    decisions: Vec<Decided>,
+    /// The caller speaks a revision whose results carry `resultType`.
+    result_type: bool,
+}
+
+/// One decision, kept until the response status is known.
+struct Decided {
+    rpc_method: Option<String>,
+    /// The policy action (`tools/call`, `stream/open`, …).
+    action: &'static str,
+    tool: Option<String>,
+    verdict: Verdict,
+    /// What became of a call held for approval.
+    settled: Option<Settled>,
+    arguments_sha256: Option<String>,
+    /// For a held call: the key it is bound to and what the approver is
+    /// shown of it (set by [`bind_held`]).
+    call_sha256: Option<String>,
+    shown: crate::store::model::Shown,
+    /// For a held call: its key before calls were bound whole, to find
+    /// approvals recorded then.
+    legacy_sha256: Option<String>,
+    arguments: Option<String>,
+}
+
+/// Handle one request to the data plane.
+pub async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    peer: std::net::IpAddr,
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let mut access = Access::default();
+    let resp = match proxy(&state, req, peer, &mut access).await {
+        Ok(r) => r,
+        Err(e) => {
+            access.reason = Some(e.reason());
+            // The id was valid JSON when read; a refusal is rare enough to
+            // re-wrap it here rather than keep a heap copy per request.
+            let id = access
+                .id
+                .as_deref()
+                .and_then(|s| serde_json::value::RawValue::from_string(s.to_owned()).ok());
+            // The error's text may quote an upstream (a TLS peer's names):
+            // it is redacted like the upstream's own answer.
+            let redactor = access.connection_id.as_deref().and_then(|c| {
+                state
+                    .snapshot
+                    .load()
+                    .connections
+                    .get(c)
+                    .map(|c| c.upstream.redactor())
+            });
+            e.into_response(id.as_deref(), redactor.as_deref(), access.result_type)
+        }
+    };
+    tracing::info!(
+        target: "tessera::access",
+        caller = access.caller.as_ref().map(|c| c.name.as_str()),
+        connection = access.connection.as_deref(),
+        http_method = method.as_str(),
+        rpc_method = access.rpc_method.as_deref(),
+        tool = access.tool.as_deref(),
+        verdict = if access.reason.is_some() { "refused" } else { "forwarded" },
+        reason = access.reason,
+        status = resp.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+    );
+    let outcome = match access.reason {
+        Some(_) => crate::telemetry::metrics::Outcome::Refused,
+        None => crate::telemetry::metrics::Outcome::Forwarded,
+    };
+    state
+        .metrics
+        .request(outcome, resp.status().as_u16(), access.reason);
+    audit(&state, access, &method, resp.status().as_u16(), started).await;
+    resp
+}
+
+/// Queue one audit record per decision made (none for requests refused
+/// before authorization: those are in the access log).
+async fn audit(
+    state: &State,
+    access: Access,
+    method: &http::Method,
+    status: u16,
+    started: Instant,
+) {
+    let (Some(caller), Some(connection)) = (access.caller, access.connection_id) else {
+        return;
+    };
+    let at = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let duration_us = started.elapsed().as_micros() as i64;
+    for d in access.decisions {
+        let (verdict, reason) = d.audited();
+        state
+            .audit
+            .record(AuditRecord {
+                id: 0,
+                at,
+                caller: caller.name.clone(),
+                connection: connection.clone(),
+                http_method: method.as_str().to_string(),
+                rpc_method: d.rpc_method,
+                tool: d.tool,
+                verdict: verdict.to_string(),
+                reason,
+                arguments_sha256: d.arguments_sha256,
+                arguments: d.arguments,
+                status,
+                duration_us,
+            })
+            .await;
+    }
+}
+
+async fn proxy(
+    state: &State,
+    req: Request<Incoming>,
+    peer: std::net::IpAddr,
+    access: &mut Access,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (mut parts, body) = req.into_parts();
+    let limits = &state.config.limits;
+
+    // The request's shape before anything else: no lookup is spent on an
+    // oversized or ambiguous request.
+    check_shape(&parts, limits)?;
+
+    // Route first: a wrong method or a path that is not an address is
+    // refused before anything is loaded. So is a sub-path a server could
+    // read otherwise than tessera (`route::normalize_sub_path`), and a
+    // query that carries a credential: alike for every address, so
+    // neither tells an unauthenticated caller whether an address exists.
+    // Routed on a copy of the target (reference-counted, not copied), so
+    // the route outlives the request's parts moving on to the upstream.
+    let target = parts.uri.clone();
+    let r = route(&parts.method, target.path())?;
+    crate::proxy::forward::refuse_credential_query(parts.uri.query())?;
+
+    // Origin and Host before authentication: a DNS-rebound browser request
+    // is refused whatever credentials it carries.
+    state.check_origin_and_host(&parts.headers, &parts.uri)?;
+
+    // Authenticate against the snapshot (no I/O), then resolve the address
+    // as this caller's; someone else's address is as unknown as a random one.
+    let snap = state.snapshot.load();
+    let caller = authenticate(&snap, &parts.headers).map_err(|e| {
+        // Failures are counted per source and per address presented,
+        // whether the address exists or not: were only existing addresses
+        // counted, their 429s would tell a stranger which ones exist. In
+        // a back-off they are answered 429. A valid token is never held.
+        match state
+            .auth_throttle
+            .failed(peer, Some(r.connection_id), Instant::now())
+        {
+            Some(s) => ProxyError::TooMany(TooMany::FailedAuth, s),
+            None => e,
+        }
+    })?;
+    access.caller = Some(caller.clone());
+    // The caller's limits, before its body is read: a caller over them
+    // costs no more than this.
+    let admitted = caller
+        .usage
+        .admit(&limits.caller, Instant::now())
+        .map_err(|refused| match refused {
+            Refusal::InFlight { retry_after_s } => {
+                ProxyError::TooMany(TooMany::InFlight, retry_after_s)
+            }
+            Refusal::Rate { retry_after_s } => ProxyError::TooMany(TooMany::Rate, retry_after_s),
+        })?;
+    let conn = connection_for(&snap, &caller, r.connection_id)?;
+    access.connection = Some(r.connection_id.chars().take(8).collect());
+    access.connection_id = Some(r.connection_id.to_string());
+    let upstream = conn.upstream.clone();
+    // A session goes on only for the caller and connection that opened it
+    // (`crate::proxy::session`): anyone else's session id is unknown here.
+    let owner = crate::proxy::session::Owner {
+        caller_id: caller.id,
+        caller: &caller.name,
+        connection: r.connection_id,
+    };
+    crate::proxy::session::for_upstream(state.master_key(), owner, &mut parts.headers)?;
+
+    // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
+    // read it once, inspect it, forward that same buffer. Its bytes are
+    // reserved from the body memory of all requests until this returns.
+    let (body, _body_memory) = tokio::time::timeout(
+        limits.body_timeout,
+        read_bounded(
+            &parts.headers,
+            body,
+            state.config.max_body_bytes,
+            &state.body_memory,
+        ),
+    )
+    .await
+    .map_err(|_| ProxyError::RequestTimeout(limits.body_timeout.as_millis() as u64))??;
+    state.metrics.bytes_in(body.len());
+    let peeked = if parts.method == http::Method::POST {
+        Some(peek(&body)?)
+    } else {
+        None
+    };
+    access.id = peeked
+        .as_ref()
+        .and_then(|p| p.id())
+        .map(|id| CompactString::from(id.get()));
+    let version_header = parts
+        .headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok());
+    access.result_type = version_header
+        .or_else(|| peeked.as_ref()?.messages().first()?.protocol_version())
+        .is_some_and(crate::proxy::jsonrpc::results_carry_type);
+    // The routing headers (2026-07-28) say what the body says, or the
+    // request goes no further: the upstream must not be told two calls.
+    crate::proxy::jsonrpc::check_routing_headers(&parts.headers, peeked.as_ref())?;
+
+    // Authorize every message of the body (or the bare GET/DELETE) before
+    // anything reaches the upstream; one refusal refuses the whole body.
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let mut ask = AuthzRequest {
+        caller: &caller,
+        connection_id: r.connection_id,
+        connection: conn,
+        entities: &snap.entities,
+        revision: snap.revision,
+        http_method: &parts.method,
+        path: &r.sub_path,
+        rpc_method: None,
+        tool: None,
+        arguments: None,
+        protocol_version: version_header,
+        origin: header("origin"),
+        time: SystemTime::now(),
+    };
+    let messages = peeked.as_ref().map(|p| p.messages()).unwrap_or_default();
+    if messages.len() > limits.max_batch {
+        return Err(ProxyError::InvalidRequest(
+            "the JSON-RPC batch holds more messages than tessera accepts (--max-batch)",
+        ));
+    }
+    if let Some(first) = messages.first() {
+        access.rpc_method = first.method.as_deref().map(CompactString::from);
+        access.tool = first.tool().map(CompactString::from);
+    }
+    if messages.is_empty() {
+        let v = verdict(state, &ask).await;
+        access.decisions.push(Decided::new(state, &ask, v));
+    }
+    for m in messages {
+        ask.rpc_method = m.method.as_deref();
+        ask.tool = m.tool();
+        ask.arguments = m.arguments();
+        ask.protocol_version = version_header.or_else(|| m.protocol_version());
+        let v = verdict(state, &ask).await;
+        access.decisions.push(Decided::new(state, &ask, v));
+    }
+    // A tools/list answer is filtered to the tools this caller may call,
+    // and so is every event of every SSE answer (below): a list can travel
+    // on another request's stream.
+    let lists = messages
+        .iter()
+        .any(|m| m.method.as_deref() == Some("tools/list"));
+    let get_stream = parts.method == http::Method::GET;
+    // What a filter built after the answer's head needs of the request
+    // (reference-counted copies).
+    let (list_version, list_origin) = (
+        parts.headers.get("mcp-protocol-version").cloned(),
+        parts.headers.get("origin").cloned(),
+    );
+    drop(peeked);
+    drop(snap);
+    // A request whose decisions the audit trail cannot keep is not
+    // forwarded (nor recorded: its refusal is in the access log).
+    if !state.audit.has_room() {
+        access.decisions.clear();
+        return Err(ProxyError::AuditUnavailable);
+    }
+    bind_held(state, &mut access.decisions, &r.sub_path, &parts, &body);
+    enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
+
+    // Forward: strip, inject, send on the pooled client. An OAuth
+    // credential's token is fetched first when none is fresh, and once more
+    // when the upstream refuses it (401), the request then sent again.
+    let uri = upstream_uri(&upstream, &r.sub_path, parts.uri.query())?;
+    // `--forwarded set`: tessera says who the caller is, truthfully.
+    let forwarded = state
+        .config
+        .forwarded
+        .then_some(crate::proxy::forward::Forwarded { peer });
+    let credential = || upstream.credential.clone();
+    let (resp, redactor) = match &upstream.auth {
+        Auth::Static(inj) => {
+            let up_req = upstream_request(
+                parts.method,
+                uri,
+                parts.headers,
+                inj,
+                body,
+                state.config.allow_range,
+                forwarded,
+            );
+            (
+                send(state, up_req, &upstream.credential).await?,
+                inj.redactor.clone(),
+            )
+        }
+        Auth::OAuth(source) => {
+            let sent = send_oauth(
+                state,
+                source,
+                &upstream.credential,
+                parts,
+                (uri, forwarded),
+                body,
+            );
+            Box::pin(sent).await?
+        }
+    };
+
+    // Filter: an upstream challenge is never relayed; headers that would
+    // let the caller act as the upstream's client are dropped; the body is
+    // streamed through frame by frame.
+    if credential_rejected(resp.status()) {
+        return Err(ProxyError::CredentialRejected {
+            credential: credential(),
+            status: resp.status().as_u16(),
+        });
+    }
+    let (mut parts, body) = resp.into_parts();
+    // What is read (redaction, the tools/list filter) is the answer as the
+    // caller will decode it: a content coding tessera asked not to get is
+    // undone here, and the caller gets the answer uncoded. Before the
+    // header filter: a `Connection: content-encoding` would have it drop
+    // the coding's name and pass the coded bytes on unread (found by the
+    // attack review).
+    let codings = undo_codings(&mut parts).map_err(|e| {
+        tracing::warn!(credential = %upstream.credential, error = %e, "an upstream answer tessera cannot decode");
+        ProxyError::UpstreamEncoding {
+            credential: credential(),
+        }
+    })?;
+    filter_response_headers(&mut parts.headers);
+    // The secret injected on this request never comes back, in headers or
+    // body, in any form a client can decode (`crate::redact`).
+    redactor.headers(&mut parts.headers);
+    // Locations are judged as the caller will get them: after redaction
+    // (found by fuzzing: a redacted host could no longer be parsed).
+    if parts.headers.contains_key(header::LOCATION)
+        || parts.headers.contains_key(header::CONTENT_LOCATION)
+    {
+        let listen = state.config.listen.ip();
+        keep_locations_within_upstream(&mut parts.headers, &upstream.url, |h| {
+            host_is_tessera(h, |name| state.is_own_host(name), listen)
+        });
+    }
+    if let Some(connection) = access.connection_id.as_deref() {
+        let owner = crate::proxy::session::Owner {
+            caller_id: caller.id,
+            caller: &caller.name,
+            connection,
+        };
+        crate::proxy::session::for_caller(state.master_key(), owner, &mut parts.headers);
+    }
+    // Read as a client would (media types ignore letter case), so no
+    // spelling of it streams past the filter below.
+    // JavaScript's `trim()` also drops a no-break space (0xA0) and a
+    // vertical tab (found by the attack review).
+    let event_stream = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes();
+        let blank = |b: &u8| b.is_ascii_whitespace() || matches!(b, 0x0b | 0xa0);
+        let v = &v[v.iter().position(|b| !blank(b)).unwrap_or(v.len())..];
+        v.get(..17)
+            .is_some_and(|t| t.eq_ignore_ascii_case(b"text/event-stream"))
+    });
+    // An event stream is UTF-8, as tessera reads it; a client that decodes
+    // it in the charset a Content-Type names (Python's `httpx`) would read
+    // another text than the one filtered (found by the attack review).
+    if event_stream {
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/event-stream"),
+        );
+    }
+    // The caller's request counts as in flight until this body ends.
+    let body = Metered::new(
+        redactor
+            .clone()
+            .body(crate::wire::decode::decode_body(codings, body)),
+        &state.metrics,
+        event_stream,
+        admitted,
+        &state.draining,
+    );
+    // Any SSE answer (a POST's or the GET stream) is filtered event by
+    // event: the SDKs route a result by its JSON-RPC id, whichever stream
+    // it arrives on, so a tools/list result on a ping's stream or the GET
+    // stream reaches the caller as the list (`crate::proxy::response::tool_list`).
+    // The TypeScript SDK reads any 2xx answer to its GET as SSE, whatever
+    // its Content-Type says: so does tessera (found by the attack review).
+    let tool_filter = (lists || event_stream || get_stream).then(|| {
+        fn text(v: &Option<http::HeaderValue>) -> Option<&str> {
+            v.as_ref().and_then(|v| v.to_str().ok())
+        }
+        ToolFilter::new(
+            state.authorizer.clone(),
+            state.snapshot.load_full(),
+            caller.clone(),
+            r.connection_id,
+            text(&list_version),
+            text(&list_origin),
+            state.config.tools_list_max_bytes,
+        )
+        .with_path(&r.sub_path)
+        .read_as_sse(get_stream)
+    });
+    let body = match tool_filter {
+        None => body.boxed(),
+        Some(f) => {
+            let filtered = f.apply(parts.status, &mut parts.headers, body);
+            let filtered = match tokio::time::timeout(state.config.upstream_timeout, filtered).await
+            {
+                Err(_) => {
+                    return Err(ProxyError::UpstreamTimeout {
+                        credential: credential(),
+                    })
+                }
+                Ok(r) => r.map_err(|error| ProxyError::ToolsList {
+                    credential: credential(),
+                    error,
+                })?,
+            };
+            // The filter decoded the answer's JSON and wrote it anew: what
+            // it writes is redacted as well (an escaped secret it read is
+            // plain in what it wrote).
+            redactor.body(filtered).boxed()
+        }
+    };
+    Ok(Response::from_parts(parts, body))
+}
+
+/// The content codings of an upstream answer, to be undone (in that
+/// order), with the headers that described the coded bytes removed: the
+/// caller gets the answer uncoded. A slice of a coded answer (206) cannot
+/// be decoded alone, so it is refused like an unknown coding.
+fn undo_codings(
+    parts: &mut http::response::Parts,
+) -> Result<Vec<crate::wire::decode::Coding>, crate::wire::decode::DecodeError> {
+    let codings = crate::wire::decode::codings(&parts.headers)?;
+    parts.headers.remove(header::CONTENT_ENCODING);
+    if codings.is_empty() {
+        return Ok(codings);
+    }
+    if parts.status == http::StatusCode::PARTIAL_CONTENT
+        || parts.headers.contains_key(header::CONTENT_RANGE)
+    {
+        return Err(crate::wire::decode::DecodeError::Unsupported(
+            "a coded byte range".into(),
+        ));
+    }
+    // The length, the entity tag and any digest were of the coded bytes.
+    for h in [
+        header::CONTENT_LENGTH,
+        header::ETAG,
+        HeaderName::from_static("content-md5"),
+        HeaderName::from_static("digest"),
+        HeaderName::from_static("content-digest"),
+        HeaderName::from_static("repr-digest"),
+    ] {
+        parts.headers.remove(h);
+    }
+    Ok(codings)
+}
+
+/// Refuse a request whose target or headers are over the limits. hyper
+/// already refused what cannot be parsed (CR, LF or NUL in a value, a bad
+/// request line).
+fn check_shape(
+    parts: &http::request::Parts,
+    limits: &crate::config::RequestLimits,
+) -> Result<(), ProxyError> {
+    let target = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
+    if target > limits.max_uri_bytes {
+        return Err(ProxyError::UriTooLong(limits.max_uri_bytes));
+    }
+    let h = &parts.headers;
+    let bytes: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+    if h.len() > limits.max_headers || bytes > limits.max_header_bytes {
+        return Err(ProxyError::HeadersTooLarge(
+            limits.max_headers,
+            limits.max_header_bytes,
+        ));
+    }
+    // Framing needs no check here: a head with two lengths, or a length
+    // and Transfer-Encoding, was refused before hyper parsed it
+    // (`raw_head`), and tessera frames what it forwards with its own
+    // Content-Length (tests/it/hostile.rs).
+    //
+    // A GET or DELETE body is never inspected (only a POST's is), and many
+    // servers answer a GET without reading its body: on a kept-alive
+    // upstream connection the unread body is then parsed as the next
+    // request, unauthorized and carrying the stored credential. MCP gives
+    // neither method a body, so one is refused before it is read.
+    if matches!(parts.method, http::Method::GET | http::Method::DELETE) {
+        let length = h
+            .get(header::CONTENT_LENGTH)
+            .map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()));
+        let empty = matches!(length, None | Some(Some(0)));
+        if !empty || h.contains_key(header::TRANSFER_ENCODING) {
+            return Err(ProxyError::InvalidRequest(
+                "a GET or DELETE request may not carry a body",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Send on the pooled client within the upstream timeout. `credential` and
+/// the host name the upstream in an error (copied only then).
+async fn send(
+    state: &State,
+    req: Request<Bytes>,
+    credential: &str,
+) -> Result<Response<crate::proxy::forward::UpstreamBody>, ProxyError> {
+    // A reference-counted copy, not an allocation.
+    let authority = req.uri().authority().cloned();
+    let sent = Instant::now();
+    // Pooled per credential: a connection that carried this credential
+    // never carries another's requests.
+    let sending = state.client.send(req, credential);
+    let resp = tokio::time::timeout(state.config.upstream_timeout, sending).await;
+    state.metrics.upstream_latency(sent.elapsed());
+    let credential = || credential.to_string();
+    match resp {
+        Ok(Ok(resp)) => Ok(resp),
+        Err(_) => Err(ProxyError::UpstreamTimeout {
+            credential: credential(),
+        }),
+        Ok(Err(SendError::Connect(e))) => {
+            if let Some(refused) = crate::upstream::egress::refusal_in(&*e) {
+                let credential = credential();
+                tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
+                return Err(ProxyError::UpstreamForbidden { credential });
+            }
+            if let Some(tls) = crate::upstream::pool::tls_failure(&*e) {
+                return Err(ProxyError::UpstreamTls {
+                    credential: credential(),
+                    host: authority.as_ref().map_or("", |a| a.host()).to_string(),
+                    why: tls.to_string(),
+                });
+            }
+            Err(ProxyError::UpstreamUnreachable {
+                credential: credential(),
+            })
+        }
+        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol {
+            credential: credential(),
+        }),
+    }
+}
+
+/// Send with an OAuth credential's current token; on a 401, refresh the
+/// token (unless another request already did) and send once more.
+async fn send_oauth(
+    state: &State,
+    source: &crate::credentials::oauth::OAuthSource,
+    credential: &str,
+    parts: http::request::Parts,
+    (uri, forwarded): (http::Uri, Option<crate::proxy::forward::Forwarded>),
+    body: Bytes,
+) -> Result<
+    (
+        Response<crate::proxy::forward::UpstreamBody>,
+        Arc<crate::redact::Redactor>,
+    ),
+    ProxyError,
+> {
+    let cx = state.oauth_context();
+    let no_token = |error: crate::credentials::oauth::TokenError| {
+        // What the token endpoint said beyond a standard code goes to the
+        // log only, redacted (`TokenError::detail`).
+        tracing::warn!(credential, error = %error, detail = error.detail(), "no OAuth token");
+        ProxyError::TokenEndpoint {
+            credential: credential.to_string(),
+            error,
+        }
+    };
+    let token = source.current(&cx).await.map_err(no_token)?;
+    let first = upstream_request(
+        parts.method.clone(),
+        uri.clone(),
+        parts.headers.clone(),
+        &token.injection,
+        body.clone(),
+        state.config.allow_range,
+        forwarded,
+    );
+    let resp = send(state, first, credential).await?;
+    if resp.status() != http::StatusCode::UNAUTHORIZED {
+        return Ok((resp, token.injection.redactor.clone()));
+    }
+    drop(resp);
+    let token = source.refresh(&cx, Some(&token)).await.map_err(no_token)?;
+    let again = upstream_request(
+        parts.method,
+        uri,
+        parts.headers,
+        &token.injection,
+        body,
+        state.config.allow_range,
+        forwarded,
+    );
+    let resp = send(state, again, credential).await?;
+    Ok((resp, token.injection.redactor.clone()))
+}
+
+/// The policies' verdict, and the external authorizer's when one is
+/// configured (boxed: its exchange would otherwise make every request's
+/// future larger).
+async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
+    let v = state.authorizer.authorize(ask);
+    match &state.external {
+        Some(ext) => Box::pin(ext.consult(ask, v)).await,
+        None => v,
+    }
+}
+
+impl Decided {
+    fn new(state: &State, ask: &AuthzRequest<'_>, verdict: Verdict) -> Decided {
+        let legacy_sha256 =
+            matches!(verdict, Verdict::Ask(_)).then(|| arguments_digest(ask.arguments));
+        Decided {
+            rpc_method: ask.rpc_method.map(str::to_string),
+            action: Policies::action_name(ask.http_method, ask.rpc_method),
+            tool: ask.tool.map(str::to_string),
+            verdict,
+            settled: None,
+            // The audit trail keeps a digest of the text as sent (cheap);
+            // a held call is keyed by its canonical digest (a parse), which
+            // only held calls pay for.
+            arguments_sha256: ask.arguments.map(|a| sha256_hex(a.as_bytes())),
+            call_sha256: None,
+            shown: crate::store::model::Shown::default(),
+            legacy_sha256,
+            arguments: ask
+                .arguments
+                .filter(|_| state.config.audit_arguments)
+                .map(str::to_string),
+        }
+    }
+
+    /// The verdict and its reason as the audit trail records them.
+    fn audited(&self) -> (&'static str, Option<String>) {
+        let grounds = self.verdict.grounds().summary();
+        let with = |s: String| match &grounds {
+            Some(g) => format!("{s}; {g}"),
+            None => s,
+        };
+        match &self.settled {
+            Some(Settled::Granted(id)) => ("allow", Some(with(format!("approval {id} granted")))),
+            Some(Settled::Pending(id)) => ("ask", Some(with(format!("approval {id} pending")))),
+            Some(Settled::Denied(id)) => {
+                ("deny", Some(format!("approval {id} denied by a person")))
+            }
+            None => (
+                self.verdict.name(),
+                grounds.or_else(|| {
+                    matches!(self.verdict, Verdict::Deny(_)).then(|| "no policy permits it".into())
+                }),
+            ),
+        }
+    }
+}
+
+/// The `Retry-After` of a call refused for `--max-pending-approvals`:
+/// pending approvals end when a person decides them, in minutes.
+const PENDING_RETRY_AFTER_S: u32 = 60;
+
+/// Bind each held call to the whole call as it reaches the upstream
+/// (`approvals::Call`: sub-path, query, complete `params`, session). Only
+/// held calls pay for reading their `params` again.
+fn bind_held(
+    state: &State,
+    decided: &mut [Decided],
+    sub_path: &str,
+    parts: &http::request::Parts,
+    body: &[u8],
+) {
+    if !decided.iter().any(|d| matches!(d.verdict, Verdict::Ask(_))) {
+        return;
+    }
+    let session: Vec<&[u8]> = parts
+        .headers
+        .get_all("mcp-session-id")
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let posted = parts.method == http::Method::POST;
+    let params = posted.then(|| approvals::params_of(body)).flatten();
+    for (i, d) in decided.iter_mut().enumerate() {
+        if !matches!(d.verdict, Verdict::Ask(_)) {
+            continue;
+        }
+        let call = approvals::Call {
+            sub_path,
+            query: parts.uri.query(),
+            params: match &params {
+                Some(p) => p.get(i).copied().flatten(),
+                // Not reached (the body was read before): bind it whole.
+                None => posted.then(|| std::str::from_utf8(body).ok()).flatten(),
+            },
+            session: &session,
+        };
+        d.call_sha256 = Some(approvals::call_digest(&call));
+        d.shown = approvals::shown(&call, state.config.audit_arguments);
+    }
+}
+
+/// Act on the verdicts: any deny refuses the request; calls held for
+/// approval go through only when a person granted each of them. A refused
+/// lone `tools/call` is answered as a tool result the model can read;
+/// anything else refused is a 403.
+async fn enforce(
+    state: &State,
+    caller: &crate::model::Caller,
+    connection_id: &str,
+    decided: &mut [Decided],
+) -> Result<(), ProxyError> {
+    let single = decided.len() == 1;
+    let connection = || connection_id.chars().take(8).collect::<String>();
+    if let Some(d) = decided
+        .iter()
+        .find(|d| matches!(d.verdict, Verdict::Deny(_)))
+    {
+        let denial = d.verdict.grounds().clone();
+        return Err(match &d.tool {
+            Some(tool) if single => ProxyError::ToolDenied {
+                tool: tool.clone(),
+                connection: connection(),
+                denial,
+            },
+            _ => ProxyError::Denied(format!(
+                "{} is not allowed for caller {} on connection {}: {denial}",
+                d.action,
+                caller.name,
+                connection(),
+            )),
+        });
+    }
+    let asked: Vec<usize> = (0..decided.len())
+        .filter(|&i| matches!(decided[i].verdict, Verdict::Ask(_)))
+        .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let held: Vec<Held> = asked
+        .iter()
+        .map(|&i| {
+            let d = &decided[i];
+            Held {
+                key: CallKey {
+                    caller: caller.name.clone(),
+                    connection: connection_id.to_string(),
+                    rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.to_string()),
+                    tool: d.tool.clone().unwrap_or_default(),
+                    arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
+                },
+                legacy_sha256: d.legacy_sha256.clone(),
+                arguments: d.arguments.clone(),
+                reason: d.verdict.grounds().summary(),
+                shown: d.shown.clone(),
+            }
+        })
+        .collect();
+    let settling = approvals::settle(&state.store, &held, state.config.max_pending_approvals);
+    let settled = crate::store::timed(state.config.db_timeout, async { Ok(settling.await) })
+        .await
+        .map_err(approvals::SettleError::Store)
+        .and_then(|r| r)
+        .map_err(|e| match e {
+            approvals::SettleError::TooManyPending { .. } => {
+                ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)
+            }
+            approvals::SettleError::Store(e) => {
+                tracing::error!(error = %e, "recording an approval request failed");
+                ProxyError::ApprovalUnavailable
+            }
+        })?;
+    for (&i, s) in asked.iter().zip(&settled) {
+        decided[i].settled = Some(s.clone());
+    }
+    let Some(first) = asked
+        .iter()
+        .zip(&settled)
+        .find(|(_, s)| !matches!(s, Settled::Granted(_)))
+    else {
+        return Ok(());
+    };
+    let (&i, s) = first;
+    let denied = matches!(s, Settled::Denied(_));
+    Err(match &decided[i].tool {
+        Some(tool) if single => ProxyError::ToolHeld {
+            tool: tool.clone(),
+            connection: connection(),
+            approval: s.id().to_string(),
+            denied,
+        },
+        _ => {
+            let ids: Vec<&str> = settled
+                .iter()
+                .filter(|s| !matches!(s, Settled::Granted(_)))
+                .map(Settled::id)
+                .collect();
+            ProxyError::Held(format!(
+                "{} on connection {} needs a person's approval ({} {}); it has not run. {}",
+                decided[i].action,
+                connection(),
+                if ids.len() == 1 {
+                    "approval"
+                } else {
+                    "approvals"
+                },
+                ids.join(", "),
+                if denied {
+                    "A person denied it: do not retry it."
+                } else {
+                    "Retry the same request once a person approves."
+                },
+            ))
+        }
+    })
+}
+
+/// Read a request body up to `max` bytes: a declared `Content-Length` over
+/// the limit is refused before reading; a body that grows past it is
+/// refused when it does. Its bytes are reserved from `memory` (a declared
+/// length before reading, a chunked body's bytes as they arrive); over
+/// the budget, 503 and the rest is not read.
+async fn read_bounded<'m>(
+    headers: &HeaderMap,
+    body: Incoming,
+    max: usize,
+    memory: &'m crate::limits::capacity::BodyMemory,
+) -> Result<(Bytes, crate::limits::capacity::Held<'m>), ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ProxyError::PayloadTooLarge(max));
+    }
+    let mut held = memory
+        .reserve(declared.map_or(0, |n| n as usize))
+        .ok_or(ProxyError::BodyMemory)?;
+    let mut body = Limited::new(body, max);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut read = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ProxyError::PayloadTooLarge(max)
+            } else {
+                ProxyError::RequestBody
+            }
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        read += data.len();
+        if read > held.bytes() && !held.grow(read - held.bytes()) {
+            return Err(ProxyError::BodyMemory);
+        }
+        chunks.push(data);
+    }
+    // One chunk is passed on as it is; several are joined once.
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => chunks.concat().into(),
+    };
+    Ok((bytes, held))
+}

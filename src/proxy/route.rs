@@ -1,0 +1,289 @@
+//! Route: the HTTP method and the address, decided from the request line
+//! alone, before anything is loaded.
+//!
+//! The sub-path (what follows the address) is forwarded to the upstream,
+//! whose server may read it differently from tessera: decode `%2F` into a
+//! separator, treat `\` as one, decode twice, resolve `..` after decoding,
+//! or cut `;parameters` out of segments (Tomcat, Spring, IIS, nginx in
+//! front of something else). Any of those would let the path a policy
+//! decided on differ from the path the upstream serves. So the sub-path is
+//! refused (400, naming the rule) whenever it holds one of these forms,
+//! and what is left is normalized into the one form both sides read alike
+//! (see [`normalize_sub_path`]), which is what policies see as
+//! `context.path` and what is forwarded.
+
+use std::borrow::Cow;
+
+use http::Method;
+
+use crate::proxy::error::{PathRule, ProxyError};
+
+/// Where a request is going: a connection id and the sub-path after it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Route<'a> {
+    pub connection_id: &'a str,
+    /// Everything after `/c/<id>`, starting with `/` or empty, normalized
+    /// ([`normalize_sub_path`]): what is forwarded and what policies see.
+    pub sub_path: Cow<'a, str>,
+}
+
+/// The methods forwarded: POST for every revision; GET (server stream) and
+/// DELETE (session end) for 2025-03-26 to 2025-11-25.
+pub fn method_allowed(m: &Method) -> bool {
+    *m == Method::POST || *m == Method::GET || *m == Method::DELETE
+}
+
+/// Route a request. The method is checked first, so a wrong method is
+/// refused with 405 whatever the path; the path must be `/c/<id>[/...]`.
+pub fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, ProxyError> {
+    if !method_allowed(method) {
+        return Err(ProxyError::MethodNotAllowed);
+    }
+    let rest = path.strip_prefix("/c/").ok_or(ProxyError::NotFound)?;
+    let (id, sub_path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ProxyError::NotFound);
+    }
+    Ok(Route {
+        connection_id: id,
+        sub_path: normalize_sub_path(sub_path).map_err(ProxyError::SubPath)?,
+    })
+}
+
+/// Refuse a sub-path any server could read otherwise than tessera does,
+/// and normalize the rest (RFC 3986 §6.2.2): escapes of unreserved
+/// characters (`%61` → `a`) are decoded, other escapes kept with
+/// upper-case hex. The result is unambiguous: its segments are the
+/// segments every server sees, and decoding it once more changes nothing
+/// a server could act on.
+///
+/// Refused, by rule (the rule's name is the refusal's reason):
+/// - `path_backslash`: a `\` (a separator on Windows servers and to some
+///   normalizers);
+/// - `path_encoded_separator`: `%2F` or `%5C`, any case (decoded into a
+///   separator by some servers, not by others);
+/// - `path_double_encoding`: `%25` followed by two hex digits (`%252e`: a
+///   server that decodes twice reads `.`); a lone `%25` is a percent sign
+///   and passes;
+/// - `path_bad_escape`: a `%` not followed by two hex digits (servers
+///   disagree on it, and normalizing around it could build an escape that
+///   was not there: `%%32e` would become `%2e`);
+/// - `path_parameter`: a `;` or `%3B` (a matrix parameter, cut out of the
+///   segment by Tomcat and Spring: `..;/` climbs there, `a;b` is `a`);
+/// - `path_dot_segment`: a `.` or `..` segment, each dot plain or `%2E`;
+/// - `path_empty_segment`: `//` (merged into one `/` by nginx and others,
+///   so a rule on `/admin` would miss `//admin`); a trailing `/` passes.
+pub fn normalize_sub_path(sub_path: &str) -> Result<Cow<'_, str>, PathRule> {
+    if !check(sub_path)? {
+        return Ok(Cow::Borrowed(sub_path));
+    }
+    let b = sub_path.as_bytes();
+    let mut out = String::with_capacity(sub_path.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            // `check` saw two hex digits after every '%'.
+            let c = hex(b[i + 1]).unwrap_or(0) << 4 | hex(b[i + 2]).unwrap_or(0);
+            if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                out.push(char::from(c));
+            } else {
+                out.push('%');
+                out.push(char::from(b[i + 1].to_ascii_uppercase()));
+                out.push(char::from(b[i + 2].to_ascii_uppercase()));
+            }
+            i += 3;
+        } else {
+            // Only ASCII reaches a path (http's parser refuses the rest);
+            // a char boundary is kept either way.
+            let len = sub_path[i..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&sub_path[i..i + len]);
+            i += len;
+        }
+    }
+    // Decoding can assemble a form that was not there: `%25%32%65`
+    // becomes `%252e`. What is forwarded is held to the same rules.
+    check(&out)?;
+    Ok(Cow::Owned(out))
+}
+
+/// The rules of [`normalize_sub_path`]; whether the path holds an escape.
+fn check(sub_path: &str) -> Result<bool, PathRule> {
+    let b = sub_path.as_bytes();
+    let mut escaped = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => return Err(PathRule::Backslash),
+            b';' => return Err(PathRule::Parameter),
+            b'%' => {
+                let (Some(h), Some(l)) = (
+                    b.get(i + 1).and_then(|c| hex(*c)),
+                    b.get(i + 2).and_then(|c| hex(*c)),
+                ) else {
+                    return Err(PathRule::BadEscape);
+                };
+                match h << 4 | l {
+                    b'/' | b'\\' => return Err(PathRule::EncodedSeparator),
+                    b';' => return Err(PathRule::Parameter),
+                    b'%' if b.get(i + 3).and_then(|c| hex(*c)).is_some()
+                        && b.get(i + 4).and_then(|c| hex(*c)).is_some() =>
+                    {
+                        return Err(PathRule::DoubleEncoding)
+                    }
+                    _ => {}
+                }
+                escaped = true;
+                i += 3;
+            }
+            _ => i += 1,
+        }
+    }
+    // Segments after the leading '/'; only the last may be empty.
+    let mut segments = sub_path.split('/').skip(1).peekable();
+    while let Some(seg) = segments.next() {
+        if is_dot_segment(seg) {
+            return Err(PathRule::DotSegment);
+        }
+        if seg.is_empty() && segments.peek().is_some() {
+            return Err(PathRule::EmptySegment);
+        }
+    }
+    Ok(escaped)
+}
+
+fn hex(c: u8) -> Option<u8> {
+    char::from(c).to_digit(16).map(|d| d as u8)
+}
+
+/// `.` or `..`, each dot plain or percent-encoded (`%2e`, `%2E`).
+pub fn is_dot_segment(seg: &str) -> bool {
+    let mut rest = seg.as_bytes();
+    let mut dots = 0;
+    while !rest.is_empty() {
+        match rest {
+            [b'.', tail @ ..] => rest = tail,
+            [b'%', b'2', b'e' | b'E', tail @ ..] => rest = tail,
+            _ => return false,
+        }
+        dots += 1;
+    }
+    dots == 1 || dots == 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_address_and_sub_path() {
+        let r = route(&Method::POST, "/c/abc_-9").unwrap();
+        assert_eq!(
+            r,
+            Route {
+                connection_id: "abc_-9",
+                sub_path: "".into()
+            }
+        );
+        let r = route(&Method::GET, "/c/abc/mcp/x").unwrap();
+        assert_eq!(
+            r,
+            Route {
+                connection_id: "abc",
+                sub_path: "/mcp/x".into()
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_other_methods_first() {
+        for m in [
+            Method::PUT,
+            Method::PATCH,
+            Method::OPTIONS,
+            Method::HEAD,
+            Method::TRACE,
+        ] {
+            assert!(matches!(
+                route(&m, "/c/abc"),
+                Err(ProxyError::MethodNotAllowed)
+            ));
+            assert!(matches!(
+                route(&m, "/nowhere"),
+                Err(ProxyError::MethodNotAllowed)
+            ));
+        }
+    }
+
+    #[test]
+    fn refuses_other_paths() {
+        for p in ["/", "/c/", "/c", "/x/abc", "/c/%2e%2e", "/c/a.b"] {
+            assert!(
+                matches!(route(&Method::POST, p), Err(ProxyError::NotFound)),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_each_hostile_sub_path_by_its_rule() {
+        use PathRule::*;
+        for (p, rule) in [
+            ("/a\\b", Backslash),
+            ("/..%2fadmin", EncodedSeparator),
+            ("/a%2Fb", EncodedSeparator),
+            ("/a%5cb", EncodedSeparator),
+            ("/a%5C", EncodedSeparator),
+            ("/%2e%2e%2fx", EncodedSeparator),
+            ("/%252e%252e/x", DoubleEncoding),
+            ("/a%252Fb", DoubleEncoding),
+            ("/%25%32%65", DoubleEncoding),
+            ("/%", BadEscape),
+            ("/%%32e", BadEscape),
+            ("/a%g1", BadEscape),
+            ("/a%2", BadEscape),
+            ("/..;/admin", Parameter),
+            ("/a;b", Parameter),
+            ("/a%3bb", Parameter),
+            ("/..", DotSegment),
+            ("/.", DotSegment),
+            ("/a/../b", DotSegment),
+            ("/%2e%2e", DotSegment),
+            ("/.%2E/x", DotSegment),
+            ("/%2e", DotSegment),
+            ("/a//b", EmptySegment),
+            ("//a", EmptySegment),
+        ] {
+            assert_eq!(normalize_sub_path(p), Err(rule), "{p}");
+            assert!(
+                matches!(route(&Method::POST, &format!("/c/abc{p}")), Err(ProxyError::SubPath(r)) if r == rule),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalizes_what_it_passes() {
+        for (p, n) in [
+            ("", ""),
+            ("/", "/"),
+            ("/mcp/x/", "/mcp/x/"),
+            ("/%61dmin", "/admin"),
+            ("/a%2eb", "/a.b"),
+            ("/%2e%2e%2e", "/..."),
+            ("/my%20file", "/my%20file"),
+            ("/%c3%a9", "/%C3%A9"),
+            ("/%25", "/%25"),
+            ("/%25zz", "/%25zz"),
+            ("/a.b/...", "/a.b/..."),
+        ] {
+            assert_eq!(normalize_sub_path(p).unwrap(), n, "{p}");
+        }
+    }
+}

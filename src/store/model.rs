@@ -1,0 +1,173 @@
+//! The rows the store reads and writes, in one place: the store depends on
+//! no module above it, and the modules above speak of rows in these types.
+
+/// How a secret is presented to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `Authorization: Bearer <secret>`
+    Bearer,
+    /// `Authorization: Basic base64(<username>:<secret>)`
+    Basic,
+    /// `<header-name>: <secret>`
+    Header,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Bearer => "bearer",
+            Scheme::Basic => "basic",
+            Scheme::Header => "header",
+        }
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = UnknownScheme;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "bearer" => Ok(Scheme::Bearer),
+            "basic" => Ok(Scheme::Basic),
+            "header" => Ok(Scheme::Header),
+            _ => Err(UnknownScheme(s.to_string())),
+        }
+    }
+}
+
+/// A scheme name that is not `bearer`, `basic` or `header`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown scheme {0:?}: expected bearer, basic or header")]
+pub struct UnknownScheme(pub String);
+
+/// What identifies one call. Absent tool or arguments are `""`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct CallKey {
+    pub caller: String,
+    pub connection: String,
+    pub rpc_method: String,
+    pub tool: String,
+    pub arguments_sha256: String,
+}
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Granted,
+    Denied,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Granted => "granted",
+            Status::Denied => "denied",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Result<Status, sqlx::Error> {
+        Ok(match s {
+            "pending" => Status::Pending,
+            "granted" => Status::Granted,
+            "denied" => Status::Denied,
+            other => {
+                return Err(sqlx::Error::Decode(
+                    format!("approval status {other:?}").into(),
+                ))
+            }
+        })
+    }
+}
+
+impl serde::Serialize for Status {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// What the approver is shown of a call besides its key: the parts of
+/// the call the key binds that a person needs to judge it. Never a secret:
+/// the session appears only as a fingerprint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Shown {
+    /// The sub-path after the connection address (`""`: none).
+    pub sub_path: Option<String>,
+    /// The query string as sent, without `?` (absent: none).
+    pub query: Option<String>,
+    /// The first 12 hex digits of the SHA-256 of the `Mcp-Session-Id` the
+    /// caller sent (`""`: none), to tell sessions apart.
+    pub session: Option<String>,
+    /// The canonical `params` the key binds, only with `--audit-arguments`.
+    pub params: Option<String>,
+}
+
+/// A new pending approval.
+#[derive(Debug, Clone)]
+pub struct NewApproval {
+    pub id: String,
+    pub created_at: i64,
+    pub key: CallKey,
+    /// The arguments themselves, only with `--audit-arguments`.
+    pub arguments: Option<String>,
+    /// Why it is held: the `@ask` policies or the authorizer's reason.
+    pub reason: Option<String>,
+    pub shown: Shown,
+}
+
+/// An approval as stored. Rows recorded before calls were bound whole
+/// (their `arguments_sha256` has no `v2:`) show no sub-path, query or
+/// session.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Approval {
+    pub id: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    #[serde(flatten)]
+    pub key: CallKey,
+    pub arguments: Option<String>,
+    pub reason: Option<String>,
+    pub status: Status,
+    pub decided_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub uses_left: Option<i64>,
+    #[serde(flatten)]
+    pub shown: Shown,
+}
+
+/// One decision, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct AuditRecord {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    pub caller: String,
+    pub connection: String,
+    pub http_method: String,
+    pub rpc_method: Option<String>,
+    pub tool: Option<String>,
+    /// `allow` or `deny`.
+    pub verdict: String,
+    /// The determining policy ids, or why a request was refused.
+    pub reason: Option<String>,
+    /// Hex SHA-256 of the tool arguments' JSON text.
+    pub arguments_sha256: Option<String>,
+    /// The arguments themselves, only with `--audit-arguments`.
+    pub arguments: Option<String>,
+    /// The status the caller got (the upstream's, or tessera's own).
+    pub status: u16,
+    pub duration_us: i64,
+}
+
+/// Which records `tessera audit` shows.
+#[derive(Debug, Default, Clone)]
+pub struct AuditQuery {
+    pub caller: Option<String>,
+    pub connection: Option<String>,
+    /// Unix milliseconds: records at or after.
+    pub since: Option<i64>,
+    /// Records with a larger id only (for following).
+    pub after_id: Option<i64>,
+    pub limit: i64,
+}

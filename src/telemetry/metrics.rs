@@ -1,0 +1,455 @@
+//! Counters for `/metrics` (Prometheus text format), kept lock-free on the
+//! request path: fixed arrays of atomics indexed by status code, refusal
+//! reason and latency bucket, so a request costs a few relaxed increments
+//! and never an allocation or a lock.
+//!
+//! Labels are bounded by construction: verdicts and refusal reasons are
+//! fixed sets, status codes are 100–599, and the only names used as labels
+//! are credential names (token refreshes). Connection ids, tokens and tool
+//! arguments never become labels.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How a request ended, as the requests counter labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Sent to the upstream (its status is the one counted).
+    Forwarded = 0,
+    /// Answered by tessera itself (a refusal or an upstream failure).
+    Refused = 1,
+}
+
+const OUTCOMES: [&str; 2] = ["forwarded", "refused"];
+const STATUSES: usize = 500; // 100..=599
+
+/// Upper bounds of the upstream latency histogram, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Every refusal reason [`crate::proxy::error::ProxyError::reason`] can give.
+pub const REASONS: [&str; 45] = [
+    "method",
+    "not_found",
+    "origin",
+    "host",
+    "unauthenticated",
+    "denied",
+    "held",
+    "approval_unavailable",
+    "audit_unavailable",
+    "tools_list",
+    "token_endpoint",
+    "too_large",
+    "parse",
+    "invalid",
+    "ambiguous",
+    "header_mismatch",
+    "version_mismatch",
+    "session_unknown",
+    "request_body",
+    "uri_too_long",
+    "headers_too_large",
+    "request_timeout",
+    "framing",
+    "caller_in_flight",
+    "caller_rate",
+    "auth_throttled",
+    "approvals_pending_cap",
+    "upstream_unreachable",
+    "upstream_forbidden",
+    "upstream_tls",
+    "upstream_timeout",
+    "credential_rejected",
+    "upstream_protocol",
+    "upstream_encoding",
+    "path_backslash",
+    "path_encoded_separator",
+    "path_double_encoding",
+    "path_bad_escape",
+    "path_parameter",
+    "path_dot_segment",
+    "path_empty_segment",
+    "query_credential",
+    "body_memory",
+    "source_connections",
+    "connection_evicted",
+];
+
+/// The process's counters.
+pub struct Metrics {
+    requests: Box<[[AtomicU64; STATUSES]; 2]>,
+    refusals: [AtomicU64; REASONS.len()],
+    /// Cumulative counts per bucket, plus +Inf last.
+    latency_buckets: [AtomicU64; BUCKETS.len() + 1],
+    latency_sum_us: AtomicU64,
+    open_streams: AtomicI64,
+    /// The most streams open at once since the last memory release.
+    streams_peak: AtomicI64,
+    memory_releases: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    /// Token requests by credential and outcome (rare: a lock is fine).
+    token_refreshes: Mutex<BTreeMap<(String, bool), u64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: Box::new(std::array::from_fn(|_| {
+                std::array::from_fn(|_| AtomicU64::new(0))
+            })),
+            refusals: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_sum_us: AtomicU64::new(0),
+            open_streams: AtomicI64::new(0),
+            streams_peak: AtomicI64::new(0),
+            memory_releases: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            token_refreshes: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+/// Gauges read from elsewhere when `/metrics` is rendered.
+pub struct Gauges {
+    pub audit_queue_depth: usize,
+    /// Whether the audit writer's last attempt failed.
+    pub audit_failing: bool,
+}
+
+impl Metrics {
+    /// Count one finished request.
+    pub fn request(&self, outcome: Outcome, status: u16, refusal: Option<&'static str>) {
+        if let Some(i) = status
+            .checked_sub(100)
+            .filter(|&i| usize::from(i) < STATUSES)
+        {
+            self.requests[outcome as usize][usize::from(i)].fetch_add(1, Relaxed);
+        }
+        if let Some(r) = refusal {
+            let i = REASONS.iter().position(|&x| x == r);
+            debug_assert!(i.is_some(), "refusal reason {r:?} missing from REASONS");
+            if let Some(i) = i {
+                self.refusals[i].fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Time from sending to the upstream until its response headers.
+    pub fn upstream_latency(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(BUCKETS.len());
+        self.latency_buckets[i].fetch_add(1, Relaxed);
+        self.latency_sum_us
+            .fetch_add(d.as_micros().min(u128::from(u64::MAX)) as u64, Relaxed);
+    }
+
+    pub fn bytes_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Relaxed);
+    }
+
+    pub fn bytes_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Relaxed);
+    }
+
+    /// One more open event stream until the guard is dropped.
+    pub fn stream_opened(self: &std::sync::Arc<Self>) -> StreamGuard {
+        let open = self.open_streams.fetch_add(1, Relaxed) + 1;
+        self.streams_peak.fetch_max(open, Relaxed);
+        StreamGuard(self.clone())
+    }
+
+    /// One token request for `credential`, and whether it succeeded.
+    pub fn token_refresh(&self, credential: &str, ok: bool) {
+        let mut m = self
+            .token_refreshes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *m.entry((credential.to_string(), ok)).or_default() += 1;
+    }
+
+    /// Open event streams now.
+    pub fn open_streams(&self) -> i64 {
+        self.open_streams.load(Relaxed)
+    }
+
+    /// The most streams open at once since the last reset, and now.
+    pub fn streams_peak(&self) -> (i64, i64) {
+        let now = self.open_streams();
+        (self.streams_peak.load(Relaxed).max(now), now)
+    }
+
+    /// The high-water mark starts again from the streams open now.
+    pub fn reset_streams_peak(&self) {
+        self.streams_peak.store(self.open_streams(), Relaxed);
+    }
+
+    /// Free memory was returned to the system (`memory`).
+    pub fn memory_released(&self) {
+        self.memory_releases.fetch_add(1, Relaxed);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self, g: &Gauges) -> String {
+        let mut o = String::with_capacity(4096);
+        head(
+            &mut o,
+            "tessera_requests_total",
+            "counter",
+            "Requests to connection addresses, by outcome and the status answered.",
+        );
+        for (k, row) in self.requests.iter().enumerate() {
+            for (i, c) in row.iter().enumerate() {
+                let n = c.load(Relaxed);
+                if n > 0 {
+                    let _ = writeln!(
+                        o,
+                        "tessera_requests_total{{outcome=\"{}\",status=\"{}\"}} {n}",
+                        OUTCOMES[k],
+                        i + 100
+                    );
+                }
+            }
+        }
+        head(
+            &mut o,
+            "tessera_refusals_total",
+            "counter",
+            "Requests tessera answered itself, by reason.",
+        );
+        for (r, c) in REASONS.iter().zip(&self.refusals) {
+            let _ = writeln!(
+                o,
+                "tessera_refusals_total{{reason=\"{r}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
+        head(
+            &mut o,
+            "tessera_upstream_latency_seconds",
+            "histogram",
+            "Time from sending a request upstream to its response headers.",
+        );
+        let mut cumulative = 0;
+        for (i, c) in self.latency_buckets.iter().enumerate() {
+            cumulative += c.load(Relaxed);
+            match BUCKETS.get(i) {
+                Some(b) => {
+                    let _ = writeln!(
+                        o,
+                        "tessera_upstream_latency_seconds_bucket{{le=\"{b}\"}} {cumulative}"
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        o,
+                        "tessera_upstream_latency_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
+                    );
+                }
+            }
+        }
+        let sum = self.latency_sum_us.load(Relaxed) as f64 / 1e6;
+        let _ = writeln!(o, "tessera_upstream_latency_seconds_sum {sum}");
+        let _ = writeln!(o, "tessera_upstream_latency_seconds_count {cumulative}");
+        gauge(
+            &mut o,
+            "tessera_open_streams",
+            "Event streams (SSE) open through tessera.",
+            self.open_streams(),
+        );
+        head(
+            &mut o,
+            "tessera_memory_releases_total",
+            "counter",
+            "Times free memory was returned to the system after a wave of streams closed.",
+        );
+        let _ = writeln!(
+            o,
+            "tessera_memory_releases_total {}",
+            self.memory_releases.load(Relaxed)
+        );
+        head(
+            &mut o,
+            "tessera_bytes_total",
+            "counter",
+            "Body bytes: requests in from callers, responses out to them.",
+        );
+        let _ = writeln!(
+            o,
+            "tessera_bytes_total{{direction=\"in\"}} {}",
+            self.bytes_in.load(Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "tessera_bytes_total{{direction=\"out\"}} {}",
+            self.bytes_out.load(Relaxed)
+        );
+        head(
+            &mut o,
+            "tessera_token_refreshes_total",
+            "counter",
+            "OAuth token requests, by credential and outcome.",
+        );
+        let m = self
+            .token_refreshes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for ((cred, ok), n) in m.iter() {
+            let outcome = if *ok { "ok" } else { "failed" };
+            let _ = writeln!(
+                o,
+                "tessera_token_refreshes_total{{credential=\"{}\",outcome=\"{outcome}\"}} {n}",
+                escape(cred)
+            );
+        }
+        gauge(
+            &mut o,
+            "tessera_audit_queue_depth",
+            "Audit records queued for the writer.",
+            g.audit_queue_depth as i64,
+        );
+        gauge(
+            &mut o,
+            "tessera_audit_write_failing",
+            "1 while the audit writer's last write to the database failed.",
+            i64::from(g.audit_failing),
+        );
+        o
+    }
+}
+
+/// Keeps one stream counted as open.
+pub struct StreamGuard(std::sync::Arc<Metrics>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.open_streams.fetch_sub(1, Relaxed);
+    }
+}
+
+fn head(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
+    head(o, name, "gauge", help);
+    let _ = writeln!(o, "{name} {v}");
+}
+
+/// A label value as the exposition format needs it. Names are already
+/// restricted to `[A-Za-z0-9._-]`; this keeps the output valid regardless.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_reason_has_a_counter() {
+        use crate::proxy::error::ProxyError;
+        for e in [
+            ProxyError::MethodNotAllowed,
+            ProxyError::NotFound,
+            ProxyError::Unauthorized,
+            ProxyError::PayloadTooLarge(1),
+            ProxyError::BodyMemory,
+            ProxyError::ParseError,
+            ProxyError::RequestBody,
+            ProxyError::ApprovalUnavailable,
+            ProxyError::ForbiddenOrigin,
+            ProxyError::ForbiddenHost,
+            ProxyError::Denied(String::new()),
+            ProxyError::Held(String::new()),
+            ProxyError::InvalidRequest(""),
+            ProxyError::QueryCredential,
+            ProxyError::Ambiguous(""),
+            ProxyError::HeaderMismatch(""),
+            ProxyError::UpstreamUnreachable {
+                credential: String::new(),
+            },
+            ProxyError::UpstreamTimeout {
+                credential: String::new(),
+            },
+            ProxyError::CredentialRejected {
+                credential: String::new(),
+                status: 401,
+            },
+            ProxyError::UpstreamProtocol {
+                credential: String::new(),
+            },
+        ] {
+            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+        use crate::proxy::error::PathRule::*;
+        for rule in [
+            Backslash,
+            EncodedSeparator,
+            DoubleEncoding,
+            BadEscape,
+            Parameter,
+            DotSegment,
+            EmptySegment,
+        ] {
+            let e = ProxyError::SubPath(rule);
+            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+    }
+
+    #[test]
+    fn renders_counts_buckets_and_gauges() {
+        let m = std::sync::Arc::new(Metrics::default());
+        m.request(Outcome::Forwarded, 200, None);
+        m.request(Outcome::Forwarded, 200, None);
+        m.request(Outcome::Refused, 401, Some("unauthenticated"));
+        m.request(Outcome::Refused, 999, None); // out of range: dropped
+        m.upstream_latency(Duration::from_micros(700));
+        m.upstream_latency(Duration::from_secs(60));
+        m.bytes_in(10);
+        m.bytes_out(25);
+        m.token_refresh("gh", true);
+        m.token_refresh("gh", false);
+        let guard = m.stream_opened();
+        let text = m.render(&Gauges {
+            audit_queue_depth: 3,
+            audit_failing: false,
+        });
+        for line in [
+            "tessera_requests_total{outcome=\"forwarded\",status=\"200\"} 2",
+            "tessera_requests_total{outcome=\"refused\",status=\"401\"} 1",
+            "tessera_refusals_total{reason=\"unauthenticated\"} 1",
+            "tessera_refusals_total{reason=\"denied\"} 0",
+            "tessera_upstream_latency_seconds_bucket{le=\"0.0005\"} 0",
+            "tessera_upstream_latency_seconds_bucket{le=\"0.001\"} 1",
+            "tessera_upstream_latency_seconds_bucket{le=\"10\"} 1",
+            "tessera_upstream_latency_seconds_bucket{le=\"+Inf\"} 2",
+            "tessera_upstream_latency_seconds_count 2",
+            "tessera_open_streams 1",
+            "tessera_bytes_total{direction=\"in\"} 10",
+            "tessera_bytes_total{direction=\"out\"} 25",
+            "tessera_token_refreshes_total{credential=\"gh\",outcome=\"ok\"} 1",
+            "tessera_token_refreshes_total{credential=\"gh\",outcome=\"failed\"} 1",
+            "tessera_audit_queue_depth 3",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("status=\"999\""));
+        drop(guard);
+        assert_eq!(m.open_streams(), 0);
+    }
+}
