@@ -76,6 +76,19 @@ pub const DEFAULT_MAX_BATCH: usize = 100;
 pub const DEFAULT_CALLER_MAX_IN_FLIGHT: u32 = 256;
 pub const DEFAULT_CALLER_RATE: f64 = 100.0;
 pub const DEFAULT_CALLER_BURST: u32 = 200;
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_UPSTREAM_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 90_000;
+pub const DEFAULT_REFRESH_MS: u64 = 250;
+pub const DEFAULT_TOKEN_MARGIN_S: u64 = 60;
+pub const DEFAULT_TOKEN_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_FORWARDED: &str = "off";
+pub const DEFAULT_UPSTREAM_ROOTS: &str = "webpki";
+pub const DEFAULT_AUTHORIZER_FAILURE: &str = "deny";
+pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
+pub const DEFAULT_POLICY_CHECK_MS: u64 = 1_000;
 
 /// What a failed external authorizer (timeout, connection error, non-2xx,
 /// malformed answer) means. Never allow.
@@ -151,51 +164,147 @@ pub struct ServeConfig {
     pub token_timeout: Duration,
 }
 
-/// The raw values, as given (flags or environment; clap merged them).
-#[derive(Debug, Clone)]
+/// The serve settings as given (flag > environment > settings file >
+/// default; clap merged them), validated by [`parse_serve`]. The one list of
+/// the settings: `tessera serve` and `tessera config check` take their flags
+/// from it, and their defaults are the constants above.
+#[derive(Debug, Clone, clap::Args)]
 pub struct RawServe {
+    #[arg(long, env = "TESSERA_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+    /// Base of the connection URLs handed to agents (default: from --listen).
+    #[arg(long, env = "TESSERA_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// A browser origin allowed to call tessera (repeatable; env: comma-separated).
+    #[arg(
+        long = "allowed-origin",
+        env = "TESSERA_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
     pub allowed_origins: Vec<String>,
+    #[arg(long, env = "TESSERA_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
-    /// None: derived from `open_files` (see [`crate::limits::capacity`]).
+    /// Data-plane connections open at once (default: half the descriptor
+    /// limit left after 64; 0: no limit). Over it, the
+    /// oldest idle connection makes room, else new ones wait.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// None: half of `--max-connections`.
+    /// Data-plane connections one source address (an IPv6 /64) may have
+    /// open (default: half of --max-connections; 0: no limit). Over it,
+    /// the source's oldest idle connection makes room, else 503.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS_PER_SOURCE")]
     pub max_connections_per_source: Option<usize>,
-    /// None: [`crate::limits::capacity::DEFAULT_BODY_MEMORY`], or
-    /// `--max-body-bytes` if larger.
+    /// Bytes of request bodies held in memory at once, across all requests
+    /// (default: 256 MiB, or --max-body-bytes if larger; 0: no limit).
+    /// Over it, 503 with Retry-After.
+    #[arg(long, env = "TESSERA_MAX_BODY_MEMORY")]
     pub max_body_memory: Option<usize>,
-    /// The process's descriptor limit, when it has one.
-    pub open_files: Option<u64>,
-    pub allow_private_upstreams: bool,
-    pub allow_range: bool,
-    /// `off` or `set`.
-    pub forwarded: String,
-    pub upstream_roots: String,
-    pub upstream_ca_file: Option<String>,
+    /// Header fields a request may carry (431 above).
+    #[arg(long, env = "TESSERA_MAX_HEADERS", default_value_t = DEFAULT_MAX_HEADERS)]
     pub max_headers: usize,
+    /// Bytes of header names and values a request may carry (431 above).
+    #[arg(long, env = "TESSERA_MAX_HEADER_BYTES", default_value_t = DEFAULT_MAX_HEADER_BYTES)]
     pub max_header_bytes: usize,
+    /// Bytes of a request target (414 above).
+    #[arg(long, env = "TESSERA_MAX_URI_BYTES", default_value_t = DEFAULT_MAX_URI_BYTES)]
     pub max_uri_bytes: usize,
+    /// A request head not complete within this is cut off (connection
+    /// closed): the slow-headers defence.
+    #[arg(long, env = "TESSERA_HEADER_TIMEOUT_MS", default_value_t = DEFAULT_HEADER_TIMEOUT_MS)]
     pub header_timeout_ms: u64,
+    /// A request body not complete within this is refused (408).
+    #[arg(long, env = "TESSERA_BODY_TIMEOUT_MS", default_value_t = DEFAULT_BODY_TIMEOUT_MS)]
     pub body_timeout_ms: u64,
+    /// Messages in one JSON-RPC batch (2025-03-26; 400 above).
+    #[arg(long, env = "TESSERA_MAX_BATCH", default_value_t = DEFAULT_MAX_BATCH)]
     pub max_batch: usize,
+    /// Requests (streams included) one caller may have open at once (429
+    /// above; 0: no limit).
+    #[arg(long, env = "TESSERA_CALLER_MAX_IN_FLIGHT", default_value_t = DEFAULT_CALLER_MAX_IN_FLIGHT)]
     pub caller_max_in_flight: u32,
+    /// Requests per second one caller may make, sustained (429 above; 0:
+    /// no limit).
+    #[arg(long, env = "TESSERA_CALLER_RATE", default_value_t = DEFAULT_CALLER_RATE)]
     pub caller_rate: f64,
+    /// Requests one caller may make at once above its rate.
+    #[arg(long, env = "TESSERA_CALLER_BURST", default_value_t = DEFAULT_CALLER_BURST)]
     pub caller_burst: u32,
+    /// Upstream TCP (and TLS) connect timeout.
+    #[arg(long, env = "TESSERA_CONNECT_TIMEOUT_MS", default_value_t = DEFAULT_CONNECT_TIMEOUT_MS)]
     pub connect_timeout_ms: u64,
+    /// How long to wait for an upstream's response headers (504 after).
+    #[arg(long, env = "TESSERA_UPSTREAM_TIMEOUT_MS", default_value_t = DEFAULT_UPSTREAM_TIMEOUT_MS)]
     pub upstream_timeout_ms: u64,
+    /// How long an idle pooled upstream connection is kept.
+    #[arg(long, env = "TESSERA_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT_MS)]
     pub idle_timeout_ms: u64,
+    /// How often the store is polled for changes made by other processes.
+    #[arg(long, env = "TESSERA_REFRESH_MS", default_value_t = DEFAULT_REFRESH_MS)]
     pub refresh_ms: u64,
+    /// Keep tool-call arguments in the audit trail (default: only their
+    /// SHA-256).
+    #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS")]
     pub audit_arguments: bool,
+    /// Allow upstreams (and OAuth token URLs) on loopback, private,
+    /// link-local or metadata addresses, and over plain http://. Off by
+    /// default: a sidecar whose upstream runs on the same host needs it
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    pub allow_private_upstreams: bool,
+    /// Pass a caller's Range and If-Range headers to the upstream (default:
+    /// stripped, so that slices of an answer cannot be joined around the
+    /// redaction of the stored secret).
+    #[arg(long, env = "TESSERA_ALLOW_RANGE")]
+    pub allow_range: bool,
+    /// Tell the upstream the caller's address: off (nothing), or set
+    /// (tessera sets Forwarded: for=<peer>;proto=http and X-Forwarded-For:
+    /// <peer>). A caller's own forwarding headers are stripped either way.
+    #[arg(long, env = "TESSERA_FORWARDED", default_value = DEFAULT_FORWARDED, value_parser = ["off", "set"])]
+    pub forwarded: String,
+    /// The certificate authorities upstream TLS trusts: webpki (the Mozilla
+    /// roots built in) or platform (the system's store).
+    #[arg(long, env = "TESSERA_UPSTREAM_ROOTS", default_value = DEFAULT_UPSTREAM_ROOTS)]
+    pub upstream_roots: String,
+    /// A PEM bundle of certificate authorities trusted for upstream TLS
+    /// besides --upstream-roots (a private CA).
+    #[arg(long, env = "TESSERA_UPSTREAM_CA_FILE")]
+    pub upstream_ca_file: Option<String>,
+    /// Audit records queued for the writer before requests wait for room.
+    #[arg(long, env = "TESSERA_AUDIT_QUEUE", default_value_t = DEFAULT_AUDIT_QUEUE)]
     pub audit_queue: usize,
+    /// The longest a database operation of the serving process may take
+    /// before it counts as failed: held calls then get 503, the audit
+    /// writer retries, and the snapshot in memory keeps serving.
+    #[arg(long, env = "TESSERA_DB_TIMEOUT_MS", default_value_t = DEFAULT_DB_TIMEOUT_MS)]
     pub db_timeout_ms: u64,
+    /// An external authorizer, asked after the policies allow or ask: it
+    /// gets a JSON description of the request and answers
+    /// {"decision": "allow"|"deny"|"ask", "reason": "..."}.
+    #[arg(long, env = "TESSERA_AUTHORIZER_URL")]
     pub authorizer_url: Option<String>,
+    /// How long to wait for the external authorizer's answer.
+    #[arg(long, env = "TESSERA_AUTHORIZER_TIMEOUT_MS", default_value_t = DEFAULT_AUTHORIZER_TIMEOUT_MS)]
     pub authorizer_timeout_ms: u64,
+    /// What a failed authorizer (timeout, error, non-2xx, bad answer)
+    /// means: deny, or ask a person. Never allow.
+    #[arg(long, env = "TESSERA_AUTHORIZER_FAILURE", default_value = DEFAULT_AUTHORIZER_FAILURE, value_parser = ["deny", "ask"])]
     pub authorizer_failure: String,
+    /// Calls one caller may have waiting for a person's approval; a call
+    /// that would wait beyond that is refused (429). 0: no limit.
+    #[arg(long, env = "TESSERA_MAX_PENDING_APPROVALS", default_value_t = DEFAULT_MAX_PENDING_APPROVALS)]
     pub max_pending_approvals: u32,
+    /// The largest tools/list answer tessera reads to filter it (502 above).
+    #[arg(long, env = "TESSERA_TOOLS_LIST_MAX_BYTES", default_value_t = DEFAULT_TOOLS_LIST_MAX_BYTES)]
     pub tools_list_max_bytes: usize,
+    /// Refresh an OAuth token when it expires within this many seconds.
+    #[arg(long, env = "TESSERA_TOKEN_MARGIN_S", default_value_t = DEFAULT_TOKEN_MARGIN_S)]
     pub token_margin_s: u64,
+    /// How long a token request may take (502 after).
+    #[arg(long, env = "TESSERA_TOKEN_TIMEOUT_MS", default_value_t = DEFAULT_TOKEN_TIMEOUT_MS)]
     pub token_timeout_ms: u64,
+    /// The process's descriptor limit, when it has one (read by `serve`,
+    /// not a setting).
+    #[arg(skip)]
+    pub open_files: Option<u64>,
 }
 
 /// The public URL from the listen address when none was given: an
@@ -418,32 +527,32 @@ impl RawServe {
             open_files: None,
             allow_private_upstreams: false,
             allow_range: false,
-            forwarded: "off".into(),
-            upstream_roots: "webpki".into(),
+            forwarded: DEFAULT_FORWARDED.into(),
+            upstream_roots: DEFAULT_UPSTREAM_ROOTS.into(),
             upstream_ca_file: None,
             max_headers: DEFAULT_MAX_HEADERS,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_uri_bytes: DEFAULT_MAX_URI_BYTES,
-            header_timeout_ms: 10_000,
-            body_timeout_ms: 30_000,
+            header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
+            body_timeout_ms: DEFAULT_BODY_TIMEOUT_MS,
             max_batch: DEFAULT_MAX_BATCH,
             caller_max_in_flight: DEFAULT_CALLER_MAX_IN_FLIGHT,
             caller_rate: DEFAULT_CALLER_RATE,
             caller_burst: DEFAULT_CALLER_BURST,
-            connect_timeout_ms: 5_000,
-            upstream_timeout_ms: 60_000,
-            idle_timeout_ms: 90_000,
-            refresh_ms: 250,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            upstream_timeout_ms: DEFAULT_UPSTREAM_TIMEOUT_MS,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            refresh_ms: DEFAULT_REFRESH_MS,
             audit_arguments: false,
             audit_queue: DEFAULT_AUDIT_QUEUE,
             db_timeout_ms: DEFAULT_DB_TIMEOUT_MS,
             authorizer_url: None,
             authorizer_timeout_ms: DEFAULT_AUTHORIZER_TIMEOUT_MS,
-            authorizer_failure: "deny".into(),
+            authorizer_failure: DEFAULT_AUTHORIZER_FAILURE.into(),
             max_pending_approvals: DEFAULT_MAX_PENDING_APPROVALS,
             tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
-            token_margin_s: 60,
-            token_timeout_ms: 10_000,
+            token_margin_s: DEFAULT_TOKEN_MARGIN_S,
+            token_timeout_ms: DEFAULT_TOKEN_TIMEOUT_MS,
         }
     }
 }

@@ -52,6 +52,7 @@ pub mod limits;
 pub mod model;
 pub mod proxy;
 pub mod redact;
+pub mod serve;
 pub mod snapshot;
 pub mod state;
 pub mod store;

@@ -16,6 +16,7 @@ use syn::visit::Visit;
 /// not use each other.
 const LAYERS: &[&[&str]] = &[
     &["fuzzing"],
+    &["serve"],
     &["admin"],
     &["proxy"],
     &["state"],

@@ -810,16 +810,29 @@ impl Proxy {
                     .await
                     .unwrap();
                 let key = tessera::crypto::keyring::MasterKey::load(None, &path).unwrap();
-                let (state, _) = tessera::state::State::start(cfg, store, key, policies)
-                    .await
-                    .unwrap();
-                let _ = started.send(state.clone());
+                // The process `tessera serve` runs, less what needs a
+                // process of its own (signals, the admin listener, which
+                // tests start beside it, and malloc_trim).
+                let process = tessera::serve::Process {
+                    config: cfg,
+                    store,
+                    key,
+                    policies,
+                    policy_dir: None,
+                    policy_check: Duration::from_secs(1),
+                    admin_listen: None,
+                    shutdown_grace: Duration::from_secs(1),
+                    release_free_memory: None,
+                };
                 let listener = TcpListener::from_std(listener).unwrap();
                 let shutdown = async move {
                     let _ = rx.await;
                 };
-                tessera::proxy::listener::run(listener, state, shutdown, Duration::from_secs(1))
-                    .await;
+                let started = |state: &std::sync::Arc<tessera::state::State>| {
+                    let _ = started.send(state.clone());
+                };
+                // A test may end while the audit trail is still written.
+                let _ = tessera::serve::run(process, listener, shutdown, started).await;
             });
         });
         let state = ready.await.expect("the data plane started");

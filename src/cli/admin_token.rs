@@ -1,0 +1,63 @@
+//! `tessera admin-token`: tokens for the admin API.
+
+use anyhow::Result;
+use clap::Subcommand;
+use tessera::admin::service::{self};
+use tessera::crypto::keyring::ExposeSecret;
+
+use super::*;
+
+#[derive(Subcommand)]
+pub(crate) enum AdminTokenCmd {
+    /// Create an admin token; it is printed once, as the last line (the
+    /// store keeps only its SHA-256). Restart serve to open the admin
+    /// listener if this is the first token.
+    Add {
+        name: String,
+    },
+    /// Revoke an admin token: the admin API refuses it at once.
+    Revoke {
+        name: String,
+    },
+    List,
+}
+
+pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
+    let store = at.store().await?;
+    match c {
+        AdminTokenCmd::Add { name } => {
+            let acting = store.acting(service::CLI, "admin-token.add", &name);
+            let done = service::admin_token_add(&acting, &name).await;
+            let token = service::audited(&acting, done).await?;
+            at.say(
+                format!(
+                    "admin token {name} added; it is shown once, below:\n{}",
+                    token.expose_secret()
+                ),
+                serde_json::json!({"name": name, "token": token.expose_secret()}),
+            );
+        }
+        AdminTokenCmd::Revoke { name } => {
+            let acting = store.acting(service::CLI, "admin-token.revoke", &name);
+            let done = service::admin_token_revoke(&acting, &name).await;
+            service::audited(&acting, done).await?;
+            at.say(
+                format!("admin token {name} revoked"),
+                serde_json::json!({"revoked": name}),
+            );
+        }
+        AdminTokenCmd::List => {
+            let rows = store.admin_tokens().await?;
+            if at.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| vec![r.name, live(r.revoked_at).into()])
+                    .collect();
+                print_table(&["NAME", "STATUS"], &table);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! `tessera credential`: upstreams and their credentials.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use tessera::admin::service::{self, CredentialSpec};
+use tessera::crypto::keyring::SecretString;
+use tessera::store::model::Scheme;
+use tessera::store::Store;
+
+use super::*;
+
+/// Where a secret is read from: never the command line. (With --scheme
+/// oauth2 it is the client secret, also spelt --client-secret-env/-stdin.)
+#[derive(Args)]
+pub(crate) struct SecretSource {
+    /// An environment variable holding the secret.
+    #[arg(long, alias = "client-secret-env", conflicts_with = "secret_stdin")]
+    pub(crate) secret_env: Option<String>,
+    /// Read the secret from stdin.
+    #[arg(long, alias = "client-secret-stdin")]
+    pub(crate) secret_stdin: bool,
+}
+
+impl SecretSource {
+    pub(crate) fn given(&self) -> bool {
+        self.secret_env.is_some() || self.secret_stdin
+    }
+
+    /// The secret, which must be given.
+    pub(crate) fn read(&self) -> Result<SecretString> {
+        if !self.given() {
+            bail!("give the secret with --secret-env VAR or --secret-stdin");
+        }
+        read_secret(self.secret_env.as_deref())
+    }
+}
+
+/// An OAuth 2.x credential's settings (`--scheme oauth2`).
+#[derive(Args)]
+pub(crate) struct OAuthArgs {
+    /// The authorization server's token endpoint.
+    #[arg(long)]
+    pub(crate) token_url: Option<String>,
+    #[arg(long)]
+    pub(crate) client_id: Option<String>,
+    /// A scope to ask for (repeatable).
+    #[arg(long = "scope")]
+    pub(crate) scopes: Vec<String>,
+    #[arg(long)]
+    pub(crate) audience: Option<String>,
+    /// An environment variable holding a refresh token: the refresh-token
+    /// grant is used (else client credentials).
+    #[arg(long, conflicts_with = "refresh_token_stdin")]
+    pub(crate) refresh_token_env: Option<String>,
+    /// Read the refresh token from stdin.
+    #[arg(long)]
+    pub(crate) refresh_token_stdin: bool,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum CredentialCmd {
+    /// Register an upstream and its credential. The secret is read from an
+    /// environment variable or stdin, never from the command line.
+    Add {
+        name: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long, default_value = "bearer", value_parser = ["bearer", "basic", "header", "oauth2"])]
+        scheme: String,
+        /// The header that carries the secret with --scheme header.
+        #[arg(long)]
+        header_name: Option<String>,
+        /// The user name with --scheme basic.
+        #[arg(long)]
+        username: Option<String>,
+        #[command(flatten)]
+        secret: SecretSource,
+        #[command(flatten)]
+        oauth: Box<OAuthArgs>,
+        #[command(flatten)]
+        egress: EgressArgs,
+    },
+    /// Replace a credential's secret. Serving processes use it for new
+    /// requests within one refresh (250 ms by default); requests already
+    /// sent finish with the old one.
+    SetSecret {
+        name: String,
+        #[command(flatten)]
+        secret: SecretSource,
+    },
+    /// Register an upstream that needs a person's consent: discover its
+    /// authorization server (MCP authorization spec), register a client
+    /// when no --client-id is given, print a URL to authorize tessera, and
+    /// store the resulting tokens sealed.
+    Login {
+        name: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long)]
+        client_id: Option<String>,
+        /// An environment variable holding the client secret, for a
+        /// confidential client given with --client-id.
+        #[arg(long, requires = "client_id")]
+        client_secret_env: Option<String>,
+        /// A scope to ask for (repeatable; default: the scopes the
+        /// upstream's metadata lists).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// How long to wait for the authorization, in seconds.
+        #[arg(long, default_value_t = 300)]
+        wait_s: u64,
+        #[command(flatten)]
+        egress: EgressArgs,
+    },
+    List,
+}
+
+pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
+    let store = at.store().await?;
+    match c {
+        CredentialCmd::Add {
+            name,
+            upstream,
+            scheme,
+            header_name,
+            username,
+            secret,
+            oauth,
+            egress,
+        } => {
+            if scheme == "oauth2" {
+                if header_name.is_some() || username.is_some() {
+                    bail!("--header-name and --username do not apply to --scheme oauth2");
+                }
+                let given = (name.as_str(), upstream.as_str());
+                return credential_add_oauth(at, &store, given, &secret, *oauth, egress.egress())
+                    .await;
+            }
+            let secret = secret.read()?;
+            let key = master_key(&at.data_dir)?;
+            let spec = CredentialSpec {
+                name: &name,
+                egress: egress.egress(),
+                upstream: &upstream,
+                scheme: scheme.parse::<Scheme>()?,
+                header_name: header_name.as_deref(),
+                username: username.as_deref(),
+                secret,
+            };
+            let acting = store.acting(service::CLI, "credential.add", &name);
+            let done = service::credential_add(&acting, &key, spec).await;
+            service::audited(&acting, done).await?;
+            at.say(
+                format!("credential {name} added for {upstream}"),
+                serde_json::json!({"added": name, "upstream": upstream}),
+            );
+        }
+        CredentialCmd::SetSecret { name, secret } => {
+            let secret = secret.read()?;
+            let key = existing_master_key(&at.data_dir, &store).await?;
+            let acting = store.acting(service::CLI, "credential.set-secret", &name);
+            let done = service::credential_set_secret(&acting, &key, &name, secret).await;
+            service::audited(&acting, done).await?;
+            at.say(
+                format!("credential {name}: secret replaced"),
+                serde_json::json!({"secret_replaced": name}),
+            );
+        }
+        CredentialCmd::Login {
+            name,
+            upstream,
+            client_id,
+            client_secret_env,
+            scopes,
+            wait_s,
+            egress,
+        } => {
+            service::check_name(&name)?;
+            let upstream = service::check_upstream(&upstream)?;
+            service::check_egress(egress.egress(), "upstream URL", &upstream).await?;
+            let client_secret = client_secret_env
+                .as_deref()
+                .map(|v| read_secret(Some(v)))
+                .transpose()?;
+            let key = master_key(&at.data_dir)?;
+            // Every URL the flow fetches (metadata, registration, token) was
+            // chosen by the upstream or its authorization server: the same
+            // egress rule applies to them.
+            let client = tessera::upstream::client(
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+                egress.egress(),
+            );
+            let spec = tessera::credentials::login::LoginSpec {
+                name,
+                upstream,
+                client_id,
+                client_secret,
+                scopes,
+                wait: Duration::from_secs(wait_s.max(1)),
+            };
+            tessera::credentials::login::login(&store, &key, &client, spec, |line| {
+                use std::io::Write;
+                println!("{line}");
+                let _ = std::io::stdout().flush();
+            })
+            .await?;
+        }
+        CredentialCmd::List => {
+            let rows = service::credentials(&store).await?;
+            if at.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                let table: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|r| vec![r.name, r.scheme, r.upstream])
+                    .collect();
+                print_table(&["NAME", "SCHEME", "UPSTREAM"], &table);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `credential add --scheme oauth2`.
+pub(crate) async fn credential_add_oauth(
+    at: &Place,
+    store: &Store,
+    (name, upstream): (&str, &str),
+    secret: &SecretSource,
+    oauth: OAuthArgs,
+    egress: tessera::upstream::egress::Egress,
+) -> Result<()> {
+    if secret.secret_stdin && oauth.refresh_token_stdin {
+        bail!("only one of the client secret and the refresh token can come from stdin");
+    }
+    let client_secret = secret.given().then(|| secret.read()).transpose()?;
+    let refresh_token = (oauth.refresh_token_env.is_some() || oauth.refresh_token_stdin)
+        .then(|| read_secret(oauth.refresh_token_env.as_deref()))
+        .transpose()?;
+    let key = master_key(&at.data_dir)?;
+    let acting = store.acting(service::CLI, "credential.add", name);
+    let done = service::credential_add_oauth(
+        &acting,
+        &key,
+        service::OAuthSpec {
+            name,
+            egress,
+            upstream,
+            token_url: oauth
+                .token_url
+                .as_deref()
+                .context("--scheme oauth2 needs --token-url")?,
+            client_id: oauth
+                .client_id
+                .as_deref()
+                .context("--scheme oauth2 needs --client-id")?,
+            scopes: oauth.scopes,
+            audience: oauth.audience,
+            client_secret,
+            refresh_token,
+        },
+    )
+    .await;
+    service::audited(&acting, done).await?;
+    at.say(
+        format!("credential {name} added for {upstream} (OAuth 2)"),
+        serde_json::json!({"added": name, "upstream": upstream, "scheme": "oauth2"}),
+    );
+    Ok(())
+}

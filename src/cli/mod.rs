@@ -1,0 +1,342 @@
+//! The command line: the commands, their settings (flag > environment >
+//! settings file > default) and where they keep state. One file per command
+//! group; printing stays here, the work is the library's.
+
+mod admin_token;
+mod approval;
+mod audit;
+mod caller;
+mod config;
+mod connection;
+mod credential;
+mod key;
+mod output;
+mod policy;
+mod serve;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use tessera::crypto::keyring::MasterKey;
+use tessera::store::Store;
+
+pub(crate) use self::admin_token::*;
+pub(crate) use self::approval::*;
+pub(crate) use self::audit::*;
+pub(crate) use self::caller::*;
+pub(crate) use self::config::*;
+pub(crate) use self::connection::*;
+pub(crate) use self::credential::*;
+pub(crate) use self::key::*;
+pub(crate) use self::output::*;
+pub(crate) use self::policy::*;
+pub(crate) use self::serve::*;
+
+#[derive(Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "A credential-holding MCP forwarding proxy"
+)]
+pub(crate) struct Cli {
+    /// Folder holding the database and the master key file.
+    #[arg(
+        long,
+        env = "TESSERA_DATA_DIR",
+        default_value = "./tessera-data",
+        global = true
+    )]
+    pub(crate) data_dir: PathBuf,
+    /// The database: sqlite://PATH, or postgres://USER@HOST/DB for
+    /// replicas sharing one store (default: tessera.db in the data dir).
+    /// TESSERA_DATABASE_URL_FILE names a file holding it instead (a
+    /// container secret: the URL may hold a password).
+    #[arg(long, env = "TESSERA_DATABASE_URL", global = true)]
+    pub(crate) database_url: Option<String>,
+    /// A settings file (TOML): one key per setting, named as its flag
+    /// (`listen = "127.0.0.1:7470"`). Flags and environment variables win
+    /// over it; it wins over the defaults.
+    #[arg(long, env = "TESSERA_CONFIG", global = true)]
+    pub(crate) config: Option<PathBuf>,
+    /// Print JSON for scripts: one object per result (one per line for
+    /// `audit` and `approval list`), never a table or a sentence.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
+
+/// Where this process keeps its state: the data dir (the master key file,
+/// and the SQLite database unless another database is named).
+pub(crate) struct Place {
+    pub(crate) data_dir: PathBuf,
+    pub(crate) database: Option<tessera::store::DatabaseUrl>,
+    /// `--json`: results as JSON for scripts.
+    pub(crate) json: bool,
+}
+
+impl Place {
+    /// Print a command's result: `json` with `--json`, else `text`.
+    pub(crate) fn say(&self, text: impl std::fmt::Display, json: serde_json::Value) {
+        if self.json {
+            println!("{json}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
+impl Place {
+    pub(crate) async fn store(&self) -> Result<Store> {
+        Store::open(&self.data_dir, self.database.as_ref())
+            .await
+            .with_context(|| match &self.database {
+                Some(url) => format!("opening the database {url}"),
+                None => format!("opening the database in {}", self.data_dir.display()),
+            })
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// Run the data plane.
+    Serve(Box<ServeArgs>),
+    /// Upstream MCP servers and their credentials.
+    #[command(subcommand)]
+    Credential(CredentialCmd),
+    /// Agent identities and their tokens.
+    #[command(subcommand)]
+    Caller(CallerCmd),
+    /// Addresses binding one caller to one credential.
+    #[command(subcommand)]
+    Connection(ConnectionCmd),
+    /// Authorization policies (Cedar).
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+    /// Calls held for a person's approval by an @ask policy or the
+    /// external authorizer.
+    #[command(subcommand)]
+    Approval(ApprovalCmd),
+    /// The master key ring that seals stored secrets.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// Tokens for the admin HTTP API (`serve --admin-listen`).
+    #[command(subcommand)]
+    AdminToken(AdminTokenCmd),
+    /// The settings `serve` would run with.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Apply the database migrations (serve and every command also do at
+    /// start) and print the schema version.
+    Migrate,
+    /// The audit trail of authorization decisions, oldest first.
+    Audit {
+        #[arg(long)]
+        caller: Option<String>,
+        /// A connection id (the last part of its URL; it may begin with '-').
+        #[arg(long, allow_hyphen_values = true)]
+        connection: Option<String>,
+        /// Only records this recent: 30s, 15m, 1h, 7d.
+        #[arg(long)]
+        since: Option<String>,
+        /// At most this many (the newest).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Keep printing new records as they are written.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+/// The settings file named by `--config FILE` (or `--config=FILE`) or
+/// `TESSERA_CONFIG`, found before clap parses, since its values become
+/// clap's defaults.
+pub(crate) fn config_path() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--" {
+            break;
+        }
+        if a == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(v) = a.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Some(PathBuf::from(v));
+        }
+    }
+    std::env::var_os("TESSERA_CONFIG").map(PathBuf::from)
+}
+
+/// A command's own settings (that a file may set): long name and clap id.
+pub(crate) fn settings(cmd: &clap::Command) -> Vec<(String, String)> {
+    cmd.get_arguments()
+        .filter_map(|a| Some((a.get_long()?, a.get_id().as_str())))
+        .filter(|(l, _)| !matches!(*l, "config" | "help" | "version"))
+        .map(|(l, id)| (l.to_string(), id.to_string()))
+        .collect()
+}
+
+/// The command line, with the settings file's values as defaults of the
+/// global settings and of `serve` (and `config check`, which shows them).
+/// Also the file's keys, to tell where a value came from.
+pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
+    let mut cmd = Cli::command();
+    let mut from_file = Vec::new();
+    if let Some(path) = config_path() {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the settings file {name}"))?;
+        let global = settings(&cmd);
+        let serve = cmd
+            .find_subcommand("serve")
+            .map(settings)
+            .unwrap_or_default();
+        let known: Vec<String> = global.iter().chain(&serve).map(|s| s.0.clone()).collect();
+        let file = tessera::config::parse_settings_file(&name, &text, &known)?;
+        for (key, values) in file.values {
+            let set = |a: clap::Arg| a.default_values(values.clone());
+            if let Some((_, id)) = global.iter().find(|s| s.0 == key) {
+                cmd = cmd.mut_arg(id, set);
+            } else if let Some((_, id)) = serve.iter().find(|s| s.0 == key) {
+                cmd = cmd
+                    .mut_subcommand("serve", |s| s.mut_arg(id, set))
+                    .mut_subcommand("config", |c| {
+                        c.mut_subcommand("check", |s| s.mut_arg(id, set))
+                    });
+            }
+            from_file.push(key);
+        }
+    }
+    let matches = match cmd.try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            use clap::error::ErrorKind as K;
+            let bad_value = matches!(e.kind(), K::ValueValidation | K::InvalidValue);
+            if bad_value && !from_file.is_empty() {
+                let _ = e.print();
+                eprintln!(
+                    "note: the settings file sets {}; a flag or environment variable overrides it",
+                    from_file.join(", ")
+                );
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    Ok((cli, matches, from_file))
+}
+
+pub(crate) async fn dispatch(cli: Cli) -> Result<()> {
+    let database = match (
+        cli.database_url,
+        std::env::var_os("TESSERA_DATABASE_URL_FILE"),
+    ) {
+        (Some(url), _) => Some(url),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(&path)
+                .with_context(|| {
+                    format!(
+                        "reading TESSERA_DATABASE_URL_FILE {}",
+                        std::path::Path::new(&path).display()
+                    )
+                })?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    let at = Place {
+        database: database.as_deref().map(str::parse).transpose()?,
+        data_dir: cli.data_dir,
+        json: cli.json,
+    };
+    match cli.cmd {
+        Cmd::Serve(a) => serve(&at, *a).await,
+        Cmd::Credential(c) => credential(&at, c).await,
+        Cmd::Caller(c) => caller(&at, c).await,
+        Cmd::Connection(c) => connection(&at, c).await,
+        Cmd::Policy(c) => policy(&at, c).await,
+        Cmd::Approval(c) => approval(&at, c).await,
+        Cmd::Key(c) => key(&at, c).await,
+        Cmd::AdminToken(c) => admin_token(&at, c).await,
+        // Handled in main, before a runtime is built.
+        Cmd::Config(_) => Ok(()),
+        Cmd::Migrate => {
+            let store = at.store().await?;
+            let v = store.schema_version();
+            at.say(
+                format!("schema at migration {v}"),
+                serde_json::json!({"schema_version": v}),
+            );
+            Ok(())
+        }
+        Cmd::Audit {
+            caller,
+            connection,
+            since,
+            limit,
+            follow,
+        } => {
+            let since = match since {
+                None => None,
+                Some(s) => Some(tessera::audit::parse_since(&s).with_context(|| {
+                    format!("--since {s:?}: give a number and a unit: 30s, 15m, 1h, 7d")
+                })?),
+            };
+            let store = at.store().await?;
+            let q = tessera::store::model::AuditQuery {
+                caller,
+                connection,
+                since: since.map(|d| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    now.saturating_sub(d).as_millis() as i64
+                }),
+                after_id: None,
+                limit: limit.max(1),
+            };
+            audit(&store, q, at.json, follow).await
+        }
+    }
+}
+
+/// The master key ring given outside the data dir: `TESSERA_MASTER_KEY`
+/// (keys separated by commas, the current first), else the file named by
+/// `TESSERA_MASTER_KEY_FILE` (one key per line: a container secret).
+pub(crate) fn master_key_setting() -> Result<Option<String>> {
+    if let Ok(v) = std::env::var("TESSERA_MASTER_KEY") {
+        return Ok(Some(v));
+    }
+    match std::env::var_os("TESSERA_MASTER_KEY_FILE") {
+        None => Ok(None),
+        Some(path) => std::fs::read_to_string(&path).map(Some).with_context(|| {
+            format!(
+                "reading TESSERA_MASTER_KEY_FILE {}",
+                std::path::Path::new(&path).display()
+            )
+        }),
+    }
+}
+
+pub(crate) fn master_key(data_dir: &std::path::Path) -> Result<MasterKey> {
+    let env = master_key_setting()?;
+    Ok(MasterKey::load(env.as_deref(), data_dir)?)
+}
+
+/// The master key for a store that may already hold sealed secrets: then a
+/// missing key is an error, never a new key that would open none of them.
+pub(crate) async fn existing_master_key(
+    data_dir: &std::path::Path,
+    store: &Store,
+) -> Result<MasterKey> {
+    if store.sealed_values().await?.is_empty() {
+        return master_key(data_dir);
+    }
+    let env = master_key_setting()?;
+    MasterKey::load_existing(env.as_deref(), data_dir).with_context(|| {
+        "the database holds sealed secrets but no master key was found: set TESSERA_MASTER_KEY (or TESSERA_MASTER_KEY_FILE) or restore master.key in the data dir"
+    })
+}

@@ -1,0 +1,115 @@
+//! `tessera serve`: its settings, the log, and [`tessera::serve::run`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use tessera::config::RawServe;
+
+use super::*;
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// The settings the data plane is validated from (`tessera::config`).
+    #[command(flatten)]
+    pub(crate) settings: RawServe,
+    /// The admin API, health and metrics listener. It opens only when at
+    /// least one admin token exists (tessera admin-token add NAME).
+    #[arg(long, env = "TESSERA_ADMIN_LISTEN", default_value = tessera::config::DEFAULT_ADMIN_LISTEN)]
+    pub(crate) admin_listen: SocketAddr,
+    /// On SIGTERM (or Ctrl-C): how long requests in flight may take to
+    /// finish, after event streams were ended and new connections refused.
+    /// A second signal exits at once.
+    #[arg(long, env = "TESSERA_SHUTDOWN_GRACE_MS", default_value_t = tessera::config::DEFAULT_SHUTDOWN_GRACE_MS)]
+    pub(crate) shutdown_grace_ms: u64,
+    /// The policy folder (default: ./policies when present, else the
+    /// built-in policy: a caller may use its own connections).
+    #[arg(long, env = "TESSERA_POLICIES")]
+    pub(crate) policies: Option<PathBuf>,
+    /// How often the policy folder is checked for changes (SIGHUP reloads
+    /// at once).
+    #[arg(long, env = "TESSERA_POLICY_CHECK_MS", default_value_t = tessera::config::DEFAULT_POLICY_CHECK_MS)]
+    pub(crate) policy_check_ms: u64,
+    /// Runtime worker threads (default: one per CPU core). A sidecar
+    /// pinned to one core runs best with 1.
+    #[arg(long, env = "TESSERA_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) worker_threads: Option<u16>,
+    /// The log's lines: logfmt text, or one JSON object each.
+    #[arg(long, env = "TESSERA_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub(crate) log_format: String,
+}
+
+/// Whether upstreams may be internal (see `tessera::upstream::egress`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct EgressArgs {
+    /// Allow upstreams (and OAuth token URLs) on loopback, private,
+    /// link-local or metadata addresses, and over plain http://. Off by
+    /// default: a sidecar whose upstream runs on the same host needs it
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    pub(crate) allow_private_upstreams: bool,
+}
+
+impl EgressArgs {
+    pub(crate) fn egress(self) -> tessera::upstream::egress::Egress {
+        tessera::upstream::egress::Egress {
+            allow_private: self.allow_private_upstreams,
+        }
+    }
+}
+
+pub(crate) async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
+    let log = tessera::telemetry::log::Buffered::stderr();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(log.clone());
+    match a.log_format.as_str() {
+        "json" => fmt.event_format(tessera::telemetry::log::JsonLines).init(),
+        _ => fmt.event_format(tessera::telemetry::log::Logfmt).init(),
+    }
+    // Whatever ends serving, the buffered lines are written out first.
+    let served = serve_logged(at, a, &log).await;
+    log.flush();
+    served
+}
+
+pub(crate) async fn serve_logged(
+    at: &Place,
+    a: ServeArgs,
+    log: &tessera::telemetry::log::Buffered,
+) -> Result<()> {
+    // Validate everything before binding a port.
+    let config = tessera::config::parse_serve(raw_serve(&a))?;
+    let policies = load_policies(a.policies.as_deref()).context("not serving")?;
+    let store = at.store().await?;
+    let key = existing_master_key(&at.data_dir, &store)
+        .await
+        .context("not serving")?;
+    let listener = tessera::serve::bind(config.listen).await?;
+    let process = tessera::serve::Process {
+        config,
+        store,
+        key,
+        policies,
+        policy_dir: policy_dir(a.policies.as_deref()),
+        policy_check: Duration::from_millis(a.policy_check_ms),
+        admin_listen: Some(a.admin_listen),
+        shutdown_grace: Duration::from_millis(a.shutdown_grace_ms),
+        release_free_memory: crate::release_free_memory(),
+    };
+    // Start-up lines are shown at once, not a second later.
+    let started = |_: &_| log.flush();
+    tessera::serve::run(process, listener, tessera::serve::until_signal(), started).await?;
+    Ok(())
+}
+
+/// The serve settings as given, with what `serve` reads of the process.
+pub(crate) fn raw_serve(a: &ServeArgs) -> RawServe {
+    RawServe {
+        open_files: tessera::limits::capacity::open_files_limit(),
+        ..a.settings.clone()
+    }
+}

@@ -1,0 +1,216 @@
+//! The `serve` process, assembled in one place: the shared state (which
+//! starts the snapshot refresh and the audit writer), the policy reload,
+//! memory release, the admin listener, the data plane, and the drain at
+//! shutdown. `tessera serve` calls [`run`], and so does the integration
+//! suite: the tests exercise the wiring that ships.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::authz::cedar::Policies;
+use crate::config::ServeConfig;
+use crate::crypto::keyring::MasterKey;
+use crate::state::State;
+use crate::store::{Store, StoreError};
+
+/// Everything `serve` runs with, validated and opened.
+pub struct Process {
+    pub config: ServeConfig,
+    pub store: Store,
+    pub key: MasterKey,
+    pub policies: Policies,
+    /// The policy folder to watch (`None`: the built-in set, nothing to
+    /// reload).
+    pub policy_dir: Option<PathBuf>,
+    /// How often the policy folder is checked for changes.
+    pub policy_check: Duration,
+    /// The admin API's address; it opens only when an admin token exists.
+    /// `None`: no admin listener.
+    pub admin_listen: Option<SocketAddr>,
+    /// How long requests in flight (and the audit trail) get at shutdown.
+    pub shutdown_grace: Duration,
+    /// Returns free memory to the system after a wave of streams closes
+    /// (the binary's `malloc_trim`; the library has no unsafe code).
+    pub release_free_memory: Option<fn()>,
+}
+
+/// Why `serve` could not start or did not end cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("installing the SIGHUP handler: {0}")]
+    Signal(std::io::Error),
+    #[error("the audit trail could not be written within {ms} ms ({queued} records still queued): the database did not take them")]
+    AuditUnwritten { ms: u128, queued: usize },
+}
+
+/// Serve on `listener` until `shutdown` resolves, then drain. `started`
+/// is given the shared state once the first snapshot is loaded and every
+/// task runs, before the first connection is accepted.
+pub async fn run(
+    p: Process,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    started: impl FnOnce(&Arc<State>),
+) -> Result<(), ServeError> {
+    tracing::info!(policies = %p.policies.origin, count = p.policies.len(), "policies loaded");
+    let cfg = p.config.clone();
+    let (state, _refresher) = State::start(p.config, p.store, p.key, p.policies).await?;
+    reload_policies_on_change(&state, p.policy_dir, p.policy_check)?;
+    if let Some(release) = p.release_free_memory {
+        tokio::spawn(crate::telemetry::memory::release_after_waves(
+            state.metrics.clone(),
+            Duration::from_secs(1),
+            release,
+        ));
+    }
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(());
+    if let Some(addr) = p.admin_listen {
+        serve_admin(&state, addr, admin_stopped).await?;
+    }
+    tracing::info!(
+        listen = %listener.local_addr().map_or_else(|_| cfg.listen.to_string(), |a| a.to_string()),
+        public_url = %cfg.public_url,
+        max_connections = cfg.max_connections,
+        max_connections_per_source = cfg.max_connections_per_source,
+        "tessera serving"
+    );
+    started(&state);
+    crate::proxy::listener::run(listener, state.clone(), shutdown, p.shutdown_grace).await;
+    drop(stop_admin);
+    // Every decision made is on disk before the process ends; a database
+    // that does not take them within the grace period is an error exit.
+    if !state.audit.flush(p.shutdown_grace).await {
+        return Err(ServeError::AuditUnwritten {
+            ms: p.shutdown_grace.as_millis(),
+            queued: state.audit.queued(),
+        });
+    }
+    Ok(())
+}
+
+/// Bind the data plane's address.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+/// Resolves at the first SIGTERM or Ctrl-C; a second one while draining
+/// exits the process at once.
+pub async fn until_signal() {
+    shutdown_signal().await;
+    tokio::spawn(async {
+        shutdown_signal().await;
+        tracing::warn!("second signal: exiting without waiting for requests in flight");
+        std::process::exit(1);
+    });
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}
+
+/// The admin API, when at least one admin token exists.
+async fn serve_admin(
+    state: &Arc<State>,
+    addr: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) -> Result<(), ServeError> {
+    let tokens = state.store.admin_tokens().await?;
+    if tokens.iter().all(|t| t.revoked_at.is_some()) {
+        tracing::info!(
+            "admin listener off: no admin token (tessera admin-token add NAME, then restart)"
+        );
+        return Ok(());
+    }
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: format!("the admin listener {addr}"),
+            source,
+        })?;
+    if let Ok(a) = listener.local_addr() {
+        tracing::info!(admin_listen = %a, "admin API serving");
+    }
+    let app = crate::admin::api::router(state.clone());
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.changed().await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(error = %e, "the admin listener failed");
+        }
+    });
+    Ok(())
+}
+
+/// Reload the policy folder when its files change, on SIGHUP, and when
+/// `tessera policy reload` asks. With the built-in set there is nothing to
+/// reload, but SIGHUP is still caught so it does not end the process.
+fn reload_policies_on_change(
+    state: &State,
+    dir: Option<PathBuf>,
+    check: Duration,
+) -> Result<(), ServeError> {
+    #[cfg(unix)]
+    let hup = {
+        let sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(ServeError::Signal)?;
+        Box::pin(futures_util::stream::unfold(sig, |mut s| async move {
+            s.recv().await.map(|()| ((), s))
+        }))
+    };
+    #[cfg(not(unix))]
+    let hup = futures_util::stream::pending::<()>();
+    // `tessera policy reload`, from any host, pokes like SIGHUP.
+    let hup = futures_util::stream::select(hup, state.policy_reloads());
+    match dir {
+        Some(dir) => {
+            tokio::spawn(crate::authz::cedar::watch_dir(
+                state.authorizer.clone(),
+                dir,
+                check.max(Duration::from_millis(1)),
+                hup,
+            ));
+        }
+        None => {
+            tokio::spawn(async move {
+                use futures_util::StreamExt;
+                let mut hup = hup;
+                while hup.next().await.is_some() {
+                    tracing::info!(
+                        "asked to reload: the built-in policies are in force; nothing to reload"
+                    );
+                }
+            });
+        }
+    }
+    Ok(())
+}
