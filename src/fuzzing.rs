@@ -180,6 +180,139 @@ pub fn route(data: &[u8]) {
     );
 }
 
+/// An upstream's answer as `upstream::h1` reads it (status line, head,
+/// `Content-Length`, chunked bodies with extensions and trailers, close-
+/// delimited bodies): the first byte says how the answer is cut into reads
+/// (1 to 64 bytes each) and whether the request was a HEAD. Whatever the
+/// bytes, reading ends, the body holds no byte the upstream did not send,
+/// and reading the answer in pieces gives what reading it whole gives
+/// (status, headers, body, whether it ended in an error).
+pub fn h1(data: &[u8]) {
+    let Some((&cut, answer)) = data.split_first() else {
+        return;
+    };
+    let head_request = cut & 0x80 != 0;
+    let step = usize::from(cut & 0x3f) + 1;
+    let pieces = h1_read(answer, step, head_request);
+    let whole = h1_read(answer, usize::MAX, head_request);
+    if let Some((_, _, body, _)) = &pieces {
+        assert!(body.len() <= answer.len(), "a body longer than the answer");
+    }
+    assert_eq!(
+        pieces, whole,
+        "reading in pieces differs from reading whole"
+    );
+}
+
+/// What one reading of `answer` gave: status, headers, body bytes and
+/// whether the body ended in an error (`None`: the head was refused).
+type H1Reading = Option<(u16, Vec<(String, Vec<u8>)>, Vec<u8>, bool)>;
+
+fn h1_read(answer: &[u8], step: usize, head_request: bool) -> H1Reading {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use http_body::Body as _;
+
+    /// The upstream's side of the socket: `answer` in reads of `step`
+    /// bytes, the request written into nothing.
+    struct Upstream<'a> {
+        answer: &'a [u8],
+        step: usize,
+    }
+    impl tokio::io::AsyncRead for Upstream<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = self.step.min(self.answer.len()).min(buf.remaining());
+            let (now, rest) = self.answer.split_at(n);
+            buf.put_slice(now);
+            self.answer = rest;
+            Poll::Ready(Ok(()))
+        }
+    }
+    impl tokio::io::AsyncWrite for Upstream<'_> {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    let method = if head_request {
+        Method::HEAD
+    } else {
+        Method::POST
+    };
+    let req = http::Request::builder()
+        .method(method)
+        .uri("http://upstream.test/mcp")
+        .header(header::HOST, "upstream.test")
+        .body(bytes::Bytes::from_static(b"{}"))
+        .expect("a request");
+    let mut cx = Context::from_waker(Waker::noop());
+    // The reader is never pending, so one poll runs the exchange to its
+    // end; anything else is a bug this target should see.
+    let io = Upstream { answer, step };
+    let Poll::Ready(answer_head) = pin!(crate::upstream::h1::exchange(io, &req)).poll(&mut cx)
+    else {
+        panic!("the exchange waited on a reader that never waits");
+    };
+    let Ok(response) = answer_head else {
+        return None;
+    };
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    let mut failed = false;
+    // A frame takes at least one byte of the answer, or ends the body: a
+    // body still going after twice as many frames never ends.
+    let mut ended = false;
+    for _ in 0..2 * answer.len() + 8 {
+        match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    bytes.extend_from_slice(d);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                failed = true;
+                ended = true;
+                break;
+            }
+            Poll::Ready(None) => {
+                ended = true;
+                break;
+            }
+            Poll::Pending => panic!("the body waited on a reader that never waits"),
+        }
+    }
+    assert!(ended, "the body did not end with the answer");
+    Some((status, headers, bytes, failed))
+}
+
 /// The raw head scan (`raw_head`) against httparse, the parser hyper
 /// reads heads with: for every head httparse parses, the scan ends where
 /// httparse ends, and counts the `Content-Length` and `Transfer-Encoding`
@@ -375,6 +508,20 @@ pub fn redact(data: &[u8]) {
 mod tests {
     //! Findings of the fuzz targets, kept as regression tests, and a few
     //! seeds each target must handle.
+
+    /// Every seed of the h1 target, each also cut into reads of 1 to 64
+    /// bytes and as a HEAD request's answer.
+    #[test]
+    fn h1_seeds() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/h1");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let mut seed = std::fs::read(entry.unwrap().path()).unwrap();
+            for cut in [0u8, 1, 7, 63, 0x80, 0x85] {
+                seed[0] = cut;
+                super::h1(&seed);
+            }
+        }
+    }
 
     #[test]
     fn seeds() {
