@@ -11,6 +11,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::value::RawValue;
 
 use crate::proxy::body::{full, ProxyBody};
+use crate::telemetry::metrics::Reason;
 
 /// Why tessera answered a request itself instead of forwarding it.
 #[derive(Debug, thiserror::Error)]
@@ -166,15 +167,15 @@ pub enum PathRule {
 impl PathRule {
     /// The refusal reason (access log, metrics) and the rule's name in
     /// the answer.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> Reason {
         match self {
-            PathRule::Backslash => "path_backslash",
-            PathRule::EncodedSeparator => "path_encoded_separator",
-            PathRule::DoubleEncoding => "path_double_encoding",
-            PathRule::BadEscape => "path_bad_escape",
-            PathRule::Parameter => "path_parameter",
-            PathRule::DotSegment => "path_dot_segment",
-            PathRule::EmptySegment => "path_empty_segment",
+            PathRule::Backslash => Reason::PathBackslash,
+            PathRule::EncodedSeparator => Reason::PathEncodedSeparator,
+            PathRule::DoubleEncoding => Reason::PathDoubleEncoding,
+            PathRule::BadEscape => Reason::PathBadEscape,
+            PathRule::Parameter => Reason::PathParameter,
+            PathRule::DotSegment => Reason::PathDotSegment,
+            PathRule::EmptySegment => Reason::PathEmptySegment,
         }
     }
 
@@ -299,46 +300,46 @@ impl ProxyError {
         }
     }
 
-    /// A short label for the access log and, later, metrics.
-    pub fn reason(&self) -> &'static str {
+    /// Why tessera answered: the access log's and the metrics' label.
+    pub fn reason(&self) -> Reason {
         use ProxyError::*;
         match self {
-            MethodNotAllowed => "method",
-            NotFound => "not_found",
-            ForbiddenOrigin => "origin",
-            ForbiddenHost => "host",
-            Unauthorized => "unauthenticated",
-            Denied(_) | ToolDenied { .. } => "denied",
-            Held(_) | ToolHeld { .. } => "held",
-            ApprovalUnavailable => "approval_unavailable",
-            AuditUnavailable => "audit_unavailable",
-            ToolsList { .. } => "tools_list",
-            TokenEndpoint { .. } => "token_endpoint",
-            PayloadTooLarge(_) => "too_large",
-            BodyMemory => "body_memory",
-            ParseError => "parse",
-            InvalidRequest(_) => "invalid",
+            MethodNotAllowed => Reason::Method,
+            NotFound => Reason::NotFound,
+            ForbiddenOrigin => Reason::Origin,
+            ForbiddenHost => Reason::Host,
+            Unauthorized => Reason::Unauthenticated,
+            Denied(_) | ToolDenied { .. } => Reason::Denied,
+            Held(_) | ToolHeld { .. } => Reason::Held,
+            ApprovalUnavailable => Reason::ApprovalUnavailable,
+            AuditUnavailable => Reason::AuditUnavailable,
+            ToolsList { .. } => Reason::ToolsList,
+            TokenEndpoint { .. } => Reason::TokenEndpoint,
+            PayloadTooLarge(_) => Reason::TooLarge,
+            BodyMemory => Reason::BodyMemory,
+            ParseError => Reason::Parse,
+            InvalidRequest(_) => Reason::Invalid,
             SubPath(rule) => rule.reason(),
-            QueryCredential => "query_credential",
-            Ambiguous(_) => "ambiguous",
-            HeaderMismatch(_) => "header_mismatch",
-            VersionMismatch { .. } => "version_mismatch",
-            SessionUnknown => "session_unknown",
-            RequestBody => "request_body",
-            UriTooLong(_) => "uri_too_long",
-            HeadersTooLarge(..) => "headers_too_large",
-            RequestTimeout(_) => "request_timeout",
-            TooMany(self::TooMany::InFlight, _) => "caller_in_flight",
-            TooMany(self::TooMany::Rate, _) => "caller_rate",
-            TooMany(self::TooMany::FailedAuth, _) => "auth_throttled",
-            TooMany(self::TooMany::PendingApprovals, _) => "approvals_pending_cap",
-            UpstreamUnreachable { .. } => "upstream_unreachable",
-            UpstreamForbidden { .. } => "upstream_forbidden",
-            UpstreamTls { .. } => "upstream_tls",
-            UpstreamTimeout { .. } => "upstream_timeout",
-            CredentialRejected { .. } => "credential_rejected",
-            UpstreamProtocol { .. } => "upstream_protocol",
-            UpstreamEncoding { .. } => "upstream_encoding",
+            QueryCredential => Reason::QueryCredential,
+            Ambiguous(_) => Reason::Ambiguous,
+            HeaderMismatch(_) => Reason::HeaderMismatch,
+            VersionMismatch { .. } => Reason::VersionMismatch,
+            SessionUnknown => Reason::SessionUnknown,
+            RequestBody => Reason::RequestBody,
+            UriTooLong(_) => Reason::UriTooLong,
+            HeadersTooLarge(..) => Reason::HeadersTooLarge,
+            RequestTimeout(_) => Reason::RequestTimeout,
+            TooMany(self::TooMany::InFlight, _) => Reason::CallerInFlight,
+            TooMany(self::TooMany::Rate, _) => Reason::CallerRate,
+            TooMany(self::TooMany::FailedAuth, _) => Reason::AuthThrottled,
+            TooMany(self::TooMany::PendingApprovals, _) => Reason::ApprovalsPendingCap,
+            UpstreamUnreachable { .. } => Reason::UpstreamUnreachable,
+            UpstreamForbidden { .. } => Reason::UpstreamForbidden,
+            UpstreamTls { .. } => Reason::UpstreamTls,
+            UpstreamTimeout { .. } => Reason::UpstreamTimeout,
+            CredentialRejected { .. } => Reason::CredentialRejected,
+            UpstreamProtocol { .. } => Reason::UpstreamProtocol,
+            UpstreamEncoding { .. } => Reason::UpstreamEncoding,
         }
     }
 

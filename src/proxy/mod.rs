@@ -43,6 +43,7 @@ use crate::proxy::response::tool_list::ToolFilter;
 use crate::proxy::route::route;
 use crate::state::State;
 use crate::store::model::{AuditRecord, CallKey};
+use crate::telemetry::metrics::Reason;
 
 /// What the access log records of one request. Never a secret: the
 /// connection id is shortened, tokens and credential values never enter.
@@ -54,7 +55,7 @@ struct Access {
     connection: Option<CompactString>,
     rpc_method: Option<CompactString>,
     tool: Option<CompactString>,
-    reason: Option<&'static str>,
+    reason: Option<Reason>,
     /// The raw JSON id, to answer a refusal with it.
     id: Option<CompactString>,
     /// The full connection id, for the audit trail.
@@ -125,7 +126,7 @@ pub async fn handle(
         rpc_method = access.rpc_method.as_deref(),
         tool = access.tool.as_deref(),
         verdict = if access.reason.is_some() { "refused" } else { "forwarded" },
-        reason = access.reason,
+        reason = access.reason.map(Reason::as_str),
         status = resp.status().as_u16(),
         micros = started.elapsed().as_micros() as u64,
     );

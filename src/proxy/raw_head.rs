@@ -41,7 +41,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::telemetry::metrics::{Metrics, Outcome};
+use crate::telemetry::metrics::{Metrics, Outcome, Reason};
 
 /// The two answers, built once per server.
 pub struct HeadAnswers {
@@ -119,20 +119,13 @@ impl HeadAnswers {
             io,
             &self.over_source,
             503,
-            "source_connections",
+            Reason::SourceConnections,
             "a connection over the per-source connection limit",
         );
     }
 
     /// Writes `response` if the socket takes it at once, and counts it.
-    fn send(
-        &self,
-        io: &TcpStream,
-        response: &Bytes,
-        status: u16,
-        reason: &'static str,
-        what: &str,
-    ) {
+    fn send(&self, io: &TcpStream, response: &Bytes, status: u16, reason: Reason, what: &str) {
         // A few hundred bytes into a socket's send buffer: written at once
         // or not at all (the client may be gone), never waited for.
         let _ = io.try_write(response);
@@ -140,7 +133,7 @@ impl HeadAnswers {
         tracing::info!(
             target: "tessera::access",
             verdict = "refused",
-            reason,
+            reason = reason.as_str(),
             status,
             "{what}"
         );
@@ -358,7 +351,7 @@ impl AsyncRead for Watched {
                 &this.io,
                 &this.answers.framing,
                 400,
-                "framing",
+                Reason::Framing,
                 "the request head framed its body twice",
             );
         }
@@ -405,7 +398,7 @@ impl Drop for Watched {
                 &self.io,
                 &self.answers.evicted,
                 503,
-                "connection_evicted",
+                Reason::ConnectionEvicted,
                 "an idle connection with a half-sent head closed to make room",
             );
         } else if self.head == Head::Partial {
@@ -413,7 +406,7 @@ impl Drop for Watched {
                 &self.io,
                 &self.answers.timeout,
                 408,
-                "request_timeout",
+                Reason::RequestTimeout,
                 "the request head did not arrive in time",
             );
         }

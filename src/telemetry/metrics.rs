@@ -31,59 +31,92 @@ const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// Every refusal reason [`crate::proxy::error::ProxyError::reason`] can give.
-pub const REASONS: [&str; 45] = [
-    "method",
-    "not_found",
-    "origin",
-    "host",
-    "unauthenticated",
-    "denied",
-    "held",
-    "approval_unavailable",
-    "audit_unavailable",
-    "tools_list",
-    "token_endpoint",
-    "too_large",
-    "parse",
-    "invalid",
-    "ambiguous",
-    "header_mismatch",
-    "version_mismatch",
-    "session_unknown",
-    "request_body",
-    "uri_too_long",
-    "headers_too_large",
-    "request_timeout",
-    "framing",
-    "caller_in_flight",
-    "caller_rate",
-    "auth_throttled",
-    "approvals_pending_cap",
-    "upstream_unreachable",
-    "upstream_forbidden",
-    "upstream_tls",
-    "upstream_timeout",
-    "credential_rejected",
-    "upstream_protocol",
-    "upstream_encoding",
-    "path_backslash",
-    "path_encoded_separator",
-    "path_double_encoding",
-    "path_bad_escape",
-    "path_parameter",
-    "path_dot_segment",
-    "path_empty_segment",
-    "query_credential",
-    "body_memory",
-    "source_connections",
-    "connection_evicted",
-];
+/// Why tessera answered a request itself: one variant per reason, each
+/// with its label in the access log and in `tessera_refusals_total`. The
+/// counters are an array indexed by the variant, so a new reason is counted
+/// from the moment it exists (there is no list to forget it in).
+macro_rules! reasons {
+    ($($variant:ident => $label:literal,)+) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Reason {
+            $($variant,)+
+        }
+
+        impl Reason {
+            /// Every reason, in the order of their counters.
+            pub const ALL: &'static [Reason] = &[$(Reason::$variant,)+];
+
+            /// The label: snake case, stable (dashboards key on it).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $label,)+
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    Method => "method",
+    NotFound => "not_found",
+    Origin => "origin",
+    Host => "host",
+    Unauthenticated => "unauthenticated",
+    Denied => "denied",
+    Held => "held",
+    ApprovalUnavailable => "approval_unavailable",
+    AuditUnavailable => "audit_unavailable",
+    ToolsList => "tools_list",
+    TokenEndpoint => "token_endpoint",
+    TooLarge => "too_large",
+    Parse => "parse",
+    Invalid => "invalid",
+    Ambiguous => "ambiguous",
+    HeaderMismatch => "header_mismatch",
+    VersionMismatch => "version_mismatch",
+    SessionUnknown => "session_unknown",
+    RequestBody => "request_body",
+    UriTooLong => "uri_too_long",
+    HeadersTooLarge => "headers_too_large",
+    RequestTimeout => "request_timeout",
+    Framing => "framing",
+    CallerInFlight => "caller_in_flight",
+    CallerRate => "caller_rate",
+    AuthThrottled => "auth_throttled",
+    ApprovalsPendingCap => "approvals_pending_cap",
+    UpstreamUnreachable => "upstream_unreachable",
+    UpstreamForbidden => "upstream_forbidden",
+    UpstreamTls => "upstream_tls",
+    UpstreamTimeout => "upstream_timeout",
+    CredentialRejected => "credential_rejected",
+    UpstreamProtocol => "upstream_protocol",
+    UpstreamEncoding => "upstream_encoding",
+    PathBackslash => "path_backslash",
+    PathEncodedSeparator => "path_encoded_separator",
+    PathDoubleEncoding => "path_double_encoding",
+    PathBadEscape => "path_bad_escape",
+    PathParameter => "path_parameter",
+    PathDotSegment => "path_dot_segment",
+    PathEmptySegment => "path_empty_segment",
+    QueryCredential => "query_credential",
+    BodyMemory => "body_memory",
+    SourceConnections => "source_connections",
+    ConnectionEvicted => "connection_evicted",
+}
+
+/// How many reasons there are: the length of the counters' array.
+const REASONS: usize = Reason::ALL.len();
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The process's counters.
 pub struct Metrics {
     requests: Box<[[AtomicU64; STATUSES]; 2]>,
-    refusals: [AtomicU64; REASONS.len()],
+    refusals: [AtomicU64; REASONS],
     /// Cumulative counts per bucket, plus +Inf last.
     latency_buckets: [AtomicU64; BUCKETS.len() + 1],
     latency_sum_us: AtomicU64,
@@ -125,7 +158,7 @@ pub struct Gauges {
 
 impl Metrics {
     /// Count one finished request.
-    pub fn request(&self, outcome: Outcome, status: u16, refusal: Option<&'static str>) {
+    pub fn request(&self, outcome: Outcome, status: u16, refusal: Option<Reason>) {
         if let Some(i) = status
             .checked_sub(100)
             .filter(|&i| usize::from(i) < STATUSES)
@@ -133,11 +166,7 @@ impl Metrics {
             self.requests[outcome as usize][usize::from(i)].fetch_add(1, Relaxed);
         }
         if let Some(r) = refusal {
-            let i = REASONS.iter().position(|&x| x == r);
-            debug_assert!(i.is_some(), "refusal reason {r:?} missing from REASONS");
-            if let Some(i) = i {
-                self.refusals[i].fetch_add(1, Relaxed);
-            }
+            self.refusals[r as usize].fetch_add(1, Relaxed);
         }
     }
 
@@ -226,7 +255,7 @@ impl Metrics {
             "counter",
             "Requests tessera answered itself, by reason.",
         );
-        for (r, c) in REASONS.iter().zip(&self.refusals) {
+        for (r, c) in Reason::ALL.iter().zip(&self.refusals) {
             let _ = writeln!(
                 o,
                 "tessera_refusals_total{{reason=\"{r}\"}} {}",
@@ -358,53 +387,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_refusal_reason_has_a_counter() {
-        use crate::proxy::error::ProxyError;
-        for e in [
-            ProxyError::MethodNotAllowed,
-            ProxyError::NotFound,
-            ProxyError::Unauthorized,
-            ProxyError::PayloadTooLarge(1),
-            ProxyError::BodyMemory,
-            ProxyError::ParseError,
-            ProxyError::RequestBody,
-            ProxyError::ApprovalUnavailable,
-            ProxyError::ForbiddenOrigin,
-            ProxyError::ForbiddenHost,
-            ProxyError::Denied(String::new()),
-            ProxyError::Held(String::new()),
-            ProxyError::InvalidRequest(""),
-            ProxyError::QueryCredential,
-            ProxyError::Ambiguous(""),
-            ProxyError::HeaderMismatch(""),
-            ProxyError::UpstreamUnreachable {
-                credential: String::new(),
-            },
-            ProxyError::UpstreamTimeout {
-                credential: String::new(),
-            },
-            ProxyError::CredentialRejected {
-                credential: String::new(),
-                status: 401,
-            },
-            ProxyError::UpstreamProtocol {
-                credential: String::new(),
-            },
-        ] {
-            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+    fn every_reason_has_its_own_counter_and_label() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r}");
         }
-        use crate::proxy::error::PathRule::*;
-        for rule in [
-            Backslash,
-            EncodedSeparator,
-            DoubleEncoding,
-            BadEscape,
-            Parameter,
-            DotSegment,
-            EmptySegment,
-        ] {
-            let e = ProxyError::SubPath(rule);
-            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        let labels: std::collections::BTreeSet<_> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels.len(), Reason::ALL.len(), "two reasons share a label");
+        let m = Metrics::default();
+        for r in Reason::ALL {
+            m.request(Outcome::Refused, 400, Some(*r));
+        }
+        let text = m.render(&Gauges {
+            audit_queue_depth: 0,
+            audit_failing: false,
+        });
+        for r in Reason::ALL {
+            assert!(
+                text.contains(&format!("tessera_refusals_total{{reason=\"{r}\"}} 1\n")),
+                "{r} uncounted"
+            );
         }
     }
 
@@ -413,7 +415,7 @@ mod tests {
         let m = std::sync::Arc::new(Metrics::default());
         m.request(Outcome::Forwarded, 200, None);
         m.request(Outcome::Forwarded, 200, None);
-        m.request(Outcome::Refused, 401, Some("unauthenticated"));
+        m.request(Outcome::Refused, 401, Some(Reason::Unauthenticated));
         m.request(Outcome::Refused, 999, None); // out of range: dropped
         m.upstream_latency(Duration::from_micros(700));
         m.upstream_latency(Duration::from_secs(60));
