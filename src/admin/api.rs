@@ -86,7 +86,9 @@ impl From<AdminError> for ApiError {
                 | StoreError::Revoked { .. }
                 | StoreError::Unchanged { .. },
             ) => StatusCode::CONFLICT,
-            A::Store(_) | A::Key(_) => StatusCode::SERVICE_UNAVAILABLE,
+            // The interactive login is the CLI's; its failures are an
+            // outside party's (the authorization server), as upstream ones.
+            A::Store(_) | A::Key(_) | A::Login(_) => StatusCode::SERVICE_UNAVAILABLE,
             A::Credential(_)
             | A::BadName(_)
             | A::BadUpstream(..)
@@ -377,9 +379,13 @@ async fn add_credential(
     Extension(Admin(actor)): Extension<Admin>,
     Body(c): Body<NewCredential>,
 ) -> ApiResult<(StatusCode, Json<CredentialView>)> {
-    let acting = s.store.acting(&actor, "credential.add", &c.name);
-    let done = add_credential_with(&s, &acting, &c).await;
-    service::audited(&acting, done).await?;
+    // Everything the request asks is checked under the record: a refused
+    // definition is an admin action that failed.
+    service::Admin::new(&s.store, &actor)
+        .record(service::Action::CredentialAdd, &c.name, async |st| {
+            add_credential_with(&s, st, &c).await
+        })
+        .await?;
     let view = service::credentials(&s.store)
         .await?
         .into_iter()
@@ -469,9 +475,9 @@ async fn set_credential_secret(
     Path(name): Path<String>,
     Body(b): Body<NewSecret>,
 ) -> ApiResult<StatusCode> {
-    let acting = s.store.acting(&actor, "credential.set-secret", &name);
-    let done = service::credential_set_secret(&acting, s.master_key(), &name, b.secret).await;
-    service::audited(&acting, done).await?;
+    service::Admin::new(&s.store, &actor)
+        .credential_set_secret(s.master_key(), &name, b.secret)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -518,9 +524,9 @@ async fn add_caller(
     Extension(Admin(actor)): Extension<Admin>,
     Body(c): Body<NewCaller>,
 ) -> ApiResult<(StatusCode, Json<CreatedCaller>)> {
-    let acting = s.store.acting(&actor, "caller.add", &c.name);
-    let done = service::caller_add(&acting, &c.name, &c.groups).await;
-    let token = service::audited(&acting, done).await?;
+    let token = service::Admin::new(&s.store, &actor)
+        .caller_add(&c.name, &c.groups)
+        .await?;
     let mut groups = c.groups;
     groups.sort();
     groups.dedup();
@@ -543,9 +549,9 @@ async fn revoke_caller(
     Extension(Admin(actor)): Extension<Admin>,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let acting = s.store.acting(&actor, "caller.revoke", &name);
-    let done = service::caller_revoke(&acting, &name).await;
-    service::audited(&acting, done).await?;
+    service::Admin::new(&s.store, &actor)
+        .caller_revoke(&name)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -584,11 +590,9 @@ async fn add_connection(
     Extension(Admin(actor)): Extension<Admin>,
     Body(c): Body<NewConnection>,
 ) -> ApiResult<(StatusCode, Json<CreatedConnection>)> {
-    let target = format!("{} on {}", c.caller, c.credential);
-    let acting = s.store.acting(&actor, "connection.add", &target);
-    let done =
-        service::connection_add(&acting, &s.config.public_url, &c.caller, &c.credential).await;
-    let url = service::audited(&acting, done).await?;
+    let url = service::Admin::new(&s.store, &actor)
+        .connection_add(&s.config.public_url, &c.caller, &c.credential)
+        .await?;
     let id = service::connection_id(&url)?.to_string();
     Ok((
         StatusCode::CREATED,
@@ -609,9 +613,9 @@ async fn revoke_connection(
     Extension(Admin(actor)): Extension<Admin>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let acting = s.store.acting(&actor, "connection.revoke", &id);
-    let done = service::connection_revoke(&acting, &id).await;
-    service::audited(&acting, done).await?;
+    service::Admin::new(&s.store, &actor)
+        .connection_revoke(&id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -684,9 +688,9 @@ async fn grant_approval(
                 )
             })?,
     };
-    let acting = s.store.acting(&actor, "approval.grant", &id);
-    let done = service::approval_grant(&acting, &id, ttl, uses).await;
-    service::audited(&acting, done).await?;
+    service::Admin::new(&s.store, &actor)
+        .approval_grant(&id, ttl, uses)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -699,9 +703,9 @@ async fn deny_approval(
     Extension(Admin(actor)): Extension<Admin>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let acting = s.store.acting(&actor, "approval.deny", &id);
-    let done = service::approval_deny(&acting, &id).await;
-    service::audited(&acting, done).await?;
+    service::Admin::new(&s.store, &actor)
+        .approval_deny(&id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -860,9 +864,9 @@ async fn reload_policies(
     AxState(s): AxState<Arc<State>>,
     Extension(Admin(actor)): Extension<Admin>,
 ) -> ApiResult<StatusCode> {
-    let acting = s.store.acting(&actor, "policy.reload", "*");
-    let done = acting.bump_policies().await.map_err(AdminError::from);
-    service::audited(&acting, done).await?;
+    service::Admin::new(&s.store, &actor)
+        .policy_reload()
+        .await?;
     Ok(StatusCode::ACCEPTED)
 }
 

@@ -279,15 +279,11 @@ async fn decide(
     let store = &c.state.store;
     let done = match decision.as_str() {
         "grant" => {
-            let acting = store.acting(&admin, "approval.grant", &id);
-            let r = service::approval_grant(&acting, &id, "10m", 1).await;
-            service::audited(&acting, r).await
+            service::Admin::new(store, &admin)
+                .approval_grant(&id, "10m", 1)
+                .await
         }
-        "deny" => {
-            let acting = store.acting(&admin, "approval.deny", &id);
-            let r = service::approval_deny(&acting, &id).await;
-            service::audited(&acting, r).await
-        }
+        "deny" => service::Admin::new(store, &admin).approval_deny(&id).await,
         _ => return (StatusCode::NOT_FOUND, "no such decision").into_response(),
     };
     match done {

@@ -39,24 +39,224 @@ pub enum AdminError {
     BadScheme(String),
     #[error("{0}")]
     Policies(String),
+    #[error(transparent)]
+    Login(#[from] crate::credentials::login::LoginError),
 }
 
 /// Who an admin action is recorded as done by: an admin token's name on
 /// the admin API, `cli` for the command line.
 pub const CLI: &str = "cli";
 
-/// Record how an admin action done on `store` (a [`Store::acting`]
-/// handle) ended, then hand the outcome back. A success was recorded in
-/// the transaction that made the change; a failure, which changed nothing,
-/// is recorded now. A record that cannot be written fails the call, so no
-/// action done through the service layer goes unrecorded unnoticed.
-pub async fn audited<T>(store: &Store, outcome: Result<T, AdminError>) -> Result<T, AdminError> {
-    let said = match &outcome {
-        Ok(_) => "ok".to_string(),
-        Err(e) => e.to_string(),
+macro_rules! actions {
+    ($($variant:ident => $name:literal,)+) => {
+        /// Every admin action, by the name its `admin_audit` row carries.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Action {
+            $($variant,)+
+        }
+
+        impl Action {
+            pub const ALL: &'static [Action] = &[$(Action::$variant,)+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Action::$variant => $name,)+
+                }
+            }
+        }
     };
-    store.record_action(&said).await?;
-    outcome
+}
+
+actions! {
+    CredentialAdd => "credential.add",
+    CredentialSetSecret => "credential.set-secret",
+    CredentialLogin => "credential.login",
+    CallerAdd => "caller.add",
+    CallerRevoke => "caller.revoke",
+    ConnectionAdd => "connection.add",
+    ConnectionRevoke => "connection.revoke",
+    AdminTokenAdd => "admin-token.add",
+    AdminTokenRevoke => "admin-token.revoke",
+    ApprovalGrant => "approval.grant",
+    ApprovalDeny => "approval.deny",
+    KeyRotate => "key.rotate",
+    PolicyReload => "policy.reload",
+}
+
+/// The admin service as one actor uses it: every method that changes
+/// something records itself in the admin audit (actor, action, target,
+/// outcome). A success is recorded in the transaction that made the change;
+/// a failure, which changed nothing, is recorded when it happens. A record
+/// that cannot be written fails the call. The functions that do the work
+/// are private to `admin`: there is no unrecorded way to act.
+pub struct Admin<'a> {
+    store: &'a Store,
+    actor: &'a str,
+}
+
+impl<'a> Admin<'a> {
+    /// `actor`: an admin token's name on the admin API, [`CLI`] for the
+    /// command line.
+    pub fn new(store: &'a Store, actor: &'a str) -> Self {
+        Admin { store, actor }
+    }
+
+    /// Do `action` on `target` with a store that records it.
+    pub(super) async fn record<T>(
+        &self,
+        action: Action,
+        target: &str,
+        work: impl AsyncFnOnce(&Store) -> Result<T, AdminError>,
+    ) -> Result<T, AdminError> {
+        let acting = self.store.acting(self.actor, action.as_str(), target);
+        let done = work(&acting).await;
+        let said = match &done {
+            Ok(_) => "ok".to_string(),
+            Err(e) => e.to_string(),
+        };
+        acting.record_action(&said).await?;
+        done
+    }
+
+    pub async fn credential_add(
+        &self,
+        key: &MasterKey,
+        spec: CredentialSpec<'_>,
+    ) -> Result<(), AdminError> {
+        let name = spec.name;
+        self.record(Action::CredentialAdd, name, async |s| {
+            credential_add(s, key, spec).await
+        })
+        .await
+    }
+
+    pub async fn credential_add_oauth(
+        &self,
+        key: &MasterKey,
+        spec: OAuthSpec<'_>,
+    ) -> Result<(), AdminError> {
+        let name = spec.name;
+        self.record(Action::CredentialAdd, name, async |s| {
+            credential_add_oauth(s, key, spec).await
+        })
+        .await
+    }
+
+    pub async fn credential_set_secret(
+        &self,
+        key: &MasterKey,
+        name: &str,
+        secret: SecretString,
+    ) -> Result<(), AdminError> {
+        self.record(Action::CredentialSetSecret, name, async |s| {
+            credential_set_secret(s, key, name, secret).await
+        })
+        .await
+    }
+
+    /// `tessera credential login`: the interactive OAuth flow, whose
+    /// stored credential and token are recorded like any other change.
+    pub async fn credential_login(
+        &self,
+        key: &MasterKey,
+        client: &crate::upstream::pool::UpstreamClient,
+        spec: crate::credentials::login::LoginSpec,
+        say: impl FnMut(&str),
+    ) -> Result<(), AdminError> {
+        let name = spec.name.clone();
+        self.record(Action::CredentialLogin, &name, async |s| {
+            Ok(crate::credentials::login::login(s, key, client, spec, say).await?)
+        })
+        .await
+    }
+
+    pub async fn caller_add(
+        &self,
+        name: &str,
+        groups: &[String],
+    ) -> Result<SecretString, AdminError> {
+        self.record(Action::CallerAdd, name, async |s| {
+            caller_add(s, name, groups).await
+        })
+        .await
+    }
+
+    pub async fn caller_revoke(&self, name: &str) -> Result<(), AdminError> {
+        self.record(Action::CallerRevoke, name, async |s| {
+            caller_revoke(s, name).await
+        })
+        .await
+    }
+
+    /// Returns the connection's URL.
+    pub async fn connection_add(
+        &self,
+        public_url: &Url,
+        caller: &str,
+        credential: &str,
+    ) -> Result<String, AdminError> {
+        let target = format!("{caller} on {credential}");
+        self.record(Action::ConnectionAdd, &target, async |s| {
+            connection_add(s, public_url, caller, credential).await
+        })
+        .await
+    }
+
+    pub async fn connection_revoke(&self, id_or_url: &str) -> Result<(), AdminError> {
+        self.record(Action::ConnectionRevoke, id_or_url, async |s| {
+            connection_revoke(s, id_or_url).await
+        })
+        .await
+    }
+
+    pub async fn admin_token_add(&self, name: &str) -> Result<SecretString, AdminError> {
+        self.record(Action::AdminTokenAdd, name, async |s| {
+            admin_token_add(s, name).await
+        })
+        .await
+    }
+
+    pub async fn admin_token_revoke(&self, name: &str) -> Result<(), AdminError> {
+        self.record(Action::AdminTokenRevoke, name, async |s| {
+            admin_token_revoke(s, name).await
+        })
+        .await
+    }
+
+    pub async fn approval_grant(&self, id: &str, ttl: &str, uses: i64) -> Result<(), AdminError> {
+        self.record(Action::ApprovalGrant, id, async |s| {
+            approval_grant(s, id, ttl, uses).await
+        })
+        .await
+    }
+
+    pub async fn approval_deny(&self, id: &str) -> Result<(), AdminError> {
+        self.record(Action::ApprovalDeny, id, async |s| {
+            approval_deny(s, id).await
+        })
+        .await
+    }
+
+    pub async fn key_rotate(
+        &self,
+        key: &MasterKey,
+        new_key: Option<String>,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Rotated, AdminError> {
+        self.record(Action::KeyRotate, "*", async |s| {
+            key_rotate(s, key, new_key, progress).await
+        })
+        .await
+    }
+
+    /// Ask every serving process on this database to read its policy
+    /// folder again.
+    pub async fn policy_reload(&self) -> Result<(), AdminError> {
+        self.record(Action::PolicyReload, "*", async |s| {
+            Ok(s.bump_policies().await?)
+        })
+        .await
+    }
 }
 
 /// A credential as listed: never its secret.
@@ -144,7 +344,7 @@ pub async fn connections(store: &Store) -> Result<Vec<ConnectionView>, AdminErro
 
 /// Grant a held call: the same call may run `uses` times within `ttl`
 /// (`30s`, `10m`, `1h`, `7d`).
-pub async fn approval_grant(
+pub(super) async fn approval_grant(
     store: &Store,
     id: &str,
     ttl: &str,
@@ -161,7 +361,7 @@ pub async fn approval_grant(
     Ok(store.grant_approval(id, now, until, uses).await?)
 }
 
-pub async fn approval_deny(store: &Store, id: &str) -> Result<(), AdminError> {
+pub(super) async fn approval_deny(store: &Store, id: &str) -> Result<(), AdminError> {
     Ok(store
         .deny_approval(id, crate::telemetry::time::now_ms())
         .await?)
@@ -169,7 +369,7 @@ pub async fn approval_deny(store: &Store, id: &str) -> Result<(), AdminError> {
 
 /// Create an admin token for the admin HTTP API; returns it, the only time
 /// it exists in clear (the store keeps its SHA-256).
-pub async fn admin_token_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
+pub(super) async fn admin_token_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
     check_name(name)?;
     let token = crate::crypto::tokens::new_admin_token();
     store
@@ -178,7 +378,7 @@ pub async fn admin_token_add(store: &Store, name: &str) -> Result<SecretString, 
     Ok(token)
 }
 
-pub async fn admin_token_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
+pub(super) async fn admin_token_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
     Ok(store.revoke_admin_token(name).await?)
 }
 
@@ -206,7 +406,7 @@ pub fn check_name(name: &str) -> Result<(), AdminError> {
 
 /// Replace a credential's secret, checked against its scheme as at
 /// registration and sealed to its row.
-pub async fn credential_set_secret(
+pub(super) async fn credential_set_secret(
     store: &Store,
     key: &MasterKey,
     name: &str,
@@ -266,7 +466,7 @@ pub struct OAuthSpec<'a> {
 /// refresh-token grant, else the client-credentials grant (which needs a
 /// client secret). The secrets are sealed together; the first token is
 /// fetched by `serve` at the first request.
-pub async fn credential_add_oauth(
+pub(super) async fn credential_add_oauth(
     store: &Store,
     key: &MasterKey,
     spec: OAuthSpec<'_>,
@@ -357,7 +557,7 @@ pub async fn check_egress(
 
 /// Register an upstream and its credential; the secret is sealed before it
 /// leaves this function.
-pub async fn credential_add(
+pub(super) async fn credential_add(
     store: &Store,
     key: &MasterKey,
     spec: CredentialSpec<'_>,
@@ -394,7 +594,7 @@ pub async fn credential_add(
 /// Create a caller in `groups` (names like a caller's; policies refer to
 /// them as `Group::"name"`); returns its token, the only time it exists in
 /// clear.
-pub async fn caller_add(
+pub(super) async fn caller_add(
     store: &Store,
     name: &str,
     groups: &[String],
@@ -417,7 +617,7 @@ pub async fn caller_add(
     Ok(token)
 }
 
-pub async fn caller_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
+pub(super) async fn caller_revoke(store: &Store, name: &str) -> Result<(), AdminError> {
     Ok(store.revoke_caller(name).await?)
 }
 
@@ -427,7 +627,7 @@ pub fn connection_url(public_url: &Url, id: &str) -> String {
 }
 
 /// Allocate an address binding `caller` to `credential`; returns its URL.
-pub async fn connection_add(
+pub(super) async fn connection_add(
     store: &Store,
     public_url: &Url,
     caller: &str,
@@ -452,7 +652,7 @@ pub fn connection_id(id_or_url: &str) -> Result<&str, AdminError> {
     ok.then_some(id).ok_or_else(bad)
 }
 
-pub async fn connection_revoke(store: &Store, id_or_url: &str) -> Result<(), AdminError> {
+pub(super) async fn connection_revoke(store: &Store, id_or_url: &str) -> Result<(), AdminError> {
     Ok(store.revoke_connection(connection_id(id_or_url)?).await?)
 }
 
@@ -511,7 +711,7 @@ pub struct Rotated {
 ///
 /// `progress(done, total)` is called as each secret is re-sealed (before
 /// the one transaction that stores them all commits).
-pub async fn key_rotate(
+pub(super) async fn key_rotate(
     store: &Store,
     key: &MasterKey,
     new_key: Option<String>,

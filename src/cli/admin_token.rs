@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use tessera::admin::service::{self};
+use tessera::admin::service::{Admin, CLI};
 use tessera::crypto::keyring::ExposeSecret;
 
 use super::*;
@@ -26,9 +26,7 @@ pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         AdminTokenCmd::Add { name } => {
-            let acting = store.acting(service::CLI, "admin-token.add", &name);
-            let done = service::admin_token_add(&acting, &name).await;
-            let token = service::audited(&acting, done).await?;
+            let token = Admin::new(&store, CLI).admin_token_add(&name).await?;
             at.say(
                 format!(
                     "admin token {name} added; it is shown once, below:\n{}",
@@ -38,9 +36,7 @@ pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
             );
         }
         AdminTokenCmd::Revoke { name } => {
-            let acting = store.acting(service::CLI, "admin-token.revoke", &name);
-            let done = service::admin_token_revoke(&acting, &name).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI).admin_token_revoke(&name).await?;
             at.say(
                 format!("admin token {name} revoked"),
                 serde_json::json!({"revoked": name}),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Subcommand;
-use tessera::admin::service::{self};
+use tessera::admin::service::{Admin, CLI};
 
 use super::*;
 
@@ -94,9 +94,9 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             }
         }
         ApprovalCmd::Grant { id, ttl, uses } => {
-            let acting = store.acting(service::CLI, "approval.grant", &id);
-            let done = service::approval_grant(&acting, &id, &ttl, uses).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI)
+                .approval_grant(&id, &ttl, uses)
+                .await?;
             at.say(
                 format!(
                     "granted {id}: the same call may run {uses} {} within {ttl}",
@@ -106,9 +106,7 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             );
         }
         ApprovalCmd::Deny { id } => {
-            let acting = store.acting(service::CLI, "approval.deny", &id);
-            let done = service::approval_deny(&acting, &id).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI).approval_deny(&id).await?;
             at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
         }
     }

@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use tessera::admin::service::{self};
+use tessera::admin::service::{Admin, CLI};
 use tessera::crypto::keyring::ExposeSecret;
 
 use super::*;
@@ -26,9 +27,7 @@ pub(crate) async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
         CallerCmd::Add { name, groups } => {
-            let acting = store.acting(service::CLI, "caller.add", &name);
-            let done = service::caller_add(&acting, &name, &groups).await;
-            let token = service::audited(&acting, done).await?;
+            let token = Admin::new(&store, CLI).caller_add(&name, &groups).await?;
             at.say(
                 format!(
                     "caller {name} added; its token is shown once, below:\n{}",
@@ -38,9 +37,7 @@ pub(crate) async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
             );
         }
         CallerCmd::Revoke { name } => {
-            let acting = store.acting(service::CLI, "caller.revoke", &name);
-            let done = service::caller_revoke(&acting, &name).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI).caller_revoke(&name).await?;
             at.say(
                 format!("caller {name} revoked"),
                 serde_json::json!({"revoked": name}),

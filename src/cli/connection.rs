@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use tessera::admin::service::{self};
+use tessera::admin::service::{Admin, CLI};
 
 use super::*;
 
@@ -39,10 +40,9 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                     tessera::config::default_public_url(tessera::config::DEFAULT_LISTEN.parse()?)
                 }
             };
-            let target = format!("{caller} on {credential}");
-            let acting = store.acting(service::CLI, "connection.add", &target);
-            let done = service::connection_add(&acting, &public_url, &caller, &credential).await;
-            let url = service::audited(&acting, done).await?;
+            let url = Admin::new(&store, CLI)
+                .connection_add(&public_url, &caller, &credential)
+                .await?;
             let id = service::connection_id(&url)?;
             let v = serde_json::json!({"id": id, "url": url, "caller": caller, "credential": credential});
             at.say(
@@ -51,9 +51,9 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
             );
         }
         ConnectionCmd::Revoke { id_or_url } => {
-            let acting = store.acting(service::CLI, "connection.revoke", &id_or_url);
-            let done = service::connection_revoke(&acting, &id_or_url).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI)
+                .connection_revoke(&id_or_url)
+                .await?;
             at.say(
                 "connection revoked",
                 serde_json::json!({"revoked": service::connection_id(&id_or_url)?}),

@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use tessera::admin::service::{self, CredentialSpec};
+use tessera::admin::service::{Admin, CLI};
 use tessera::crypto::keyring::SecretString;
 use tessera::store::model::Scheme;
 use tessera::store::Store;
@@ -149,9 +150,7 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 username: username.as_deref(),
                 secret,
             };
-            let acting = store.acting(service::CLI, "credential.add", &name);
-            let done = service::credential_add(&acting, &key, spec).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI).credential_add(&key, spec).await?;
             at.say(
                 format!("credential {name} added for {upstream}"),
                 serde_json::json!({"added": name, "upstream": upstream}),
@@ -160,9 +159,9 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
         CredentialCmd::SetSecret { name, secret } => {
             let secret = secret.read()?;
             let key = existing_master_key(&at.data_dir, &store).await?;
-            let acting = store.acting(service::CLI, "credential.set-secret", &name);
-            let done = service::credential_set_secret(&acting, &key, &name, secret).await;
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI)
+                .credential_set_secret(&key, &name, secret)
+                .await?;
             at.say(
                 format!("credential {name}: secret replaced"),
                 serde_json::json!({"secret_replaced": name}),
@@ -201,12 +200,13 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 scopes,
                 wait: Duration::from_secs(wait_s.max(1)),
             };
-            tessera::credentials::login::login(&store, &key, &client, spec, |line| {
-                use std::io::Write;
-                println!("{line}");
-                let _ = std::io::stdout().flush();
-            })
-            .await?;
+            Admin::new(&store, CLI)
+                .credential_login(&key, &client, spec, |line| {
+                    use std::io::Write;
+                    println!("{line}");
+                    let _ = std::io::stdout().flush();
+                })
+                .await?;
         }
         CredentialCmd::List => {
             let rows = service::credentials(&store).await?;
@@ -241,30 +241,28 @@ pub(crate) async fn credential_add_oauth(
         .then(|| read_secret(oauth.refresh_token_env.as_deref()))
         .transpose()?;
     let key = master_key(&at.data_dir)?;
-    let acting = store.acting(service::CLI, "credential.add", name);
-    let done = service::credential_add_oauth(
-        &acting,
-        &key,
-        service::OAuthSpec {
-            name,
-            egress,
-            upstream,
-            token_url: oauth
-                .token_url
-                .as_deref()
-                .context("--scheme oauth2 needs --token-url")?,
-            client_id: oauth
-                .client_id
-                .as_deref()
-                .context("--scheme oauth2 needs --client-id")?,
-            scopes: oauth.scopes,
-            audience: oauth.audience,
-            client_secret,
-            refresh_token,
-        },
-    )
-    .await;
-    service::audited(&acting, done).await?;
+    Admin::new(store, CLI)
+        .credential_add_oauth(
+            &key,
+            service::OAuthSpec {
+                name,
+                egress,
+                upstream,
+                token_url: oauth
+                    .token_url
+                    .as_deref()
+                    .context("--scheme oauth2 needs --token-url")?,
+                client_id: oauth
+                    .client_id
+                    .as_deref()
+                    .context("--scheme oauth2 needs --client-id")?,
+                scopes: oauth.scopes,
+                audience: oauth.audience,
+                client_secret,
+                refresh_token,
+            },
+        )
+        .await?;
     at.say(
         format!("credential {name} added for {upstream} (OAuth 2)"),
         serde_json::json!({"added": name, "upstream": upstream, "scheme": "oauth2"}),

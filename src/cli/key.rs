@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use anyhow::Result;
 use clap::Subcommand;
 use tessera::admin::service::{self};
+use tessera::admin::service::{Admin, CLI};
 
 use super::*;
 
@@ -27,17 +28,16 @@ pub(crate) async fn key(at: &Place, c: KeyCmd) -> Result<()> {
             let new = std::env::var("TESSERA_MASTER_KEY_NEW").ok();
             // On a terminal (and not for --json), a progress line on stderr.
             let show = !at.json && std::io::stderr().is_terminal();
-            let acting = store.acting(service::CLI, "key.rotate", "*");
-            let done = service::key_rotate(&acting, &key, new, |done, total| {
-                if show {
-                    eprint!("\rre-sealing secrets: {done}/{total}");
-                    if done == total {
-                        eprintln!();
+            let r = Admin::new(&store, CLI)
+                .key_rotate(&key, new, |done, total| {
+                    if show {
+                        eprint!("\rre-sealing secrets: {done}/{total}");
+                        if done == total {
+                            eprintln!();
+                        }
                     }
-                }
-            })
-            .await;
-            let r = service::audited(&acting, done).await?;
+                })
+                .await?;
             if at.json {
                 let v = serde_json::json!({"resealed": r.resealed, "new_key": r.new_id, "file": r.file});
                 println!("{v}");

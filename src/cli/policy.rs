@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use tessera::admin::service::{self};
+use tessera::admin::service::{Admin, CLI};
 use tessera::authz::cedar::Policies;
 
 use super::*;
@@ -72,9 +72,7 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
     match c {
         PolicyCmd::Reload => {
             let store = at.store().await?;
-            let acting = store.acting(service::CLI, "policy.reload", "*");
-            let done = acting.bump_policies().await.map_err(Into::into);
-            service::audited(&acting, done).await?;
+            Admin::new(&store, CLI).policy_reload().await?;
             at.say(
                 "asked every serving process to reload its policies",
                 serde_json::json!({"reload": "asked"}),

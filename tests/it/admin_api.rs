@@ -540,3 +540,121 @@ async fn serve_opens_the_admin_listener_only_with_an_admin_token() {
         "{listed}"
     );
 }
+
+/// Every admin action leaves its admin-audit row, naming who acted: each
+/// one done through the command line (the login in `oauth::login_…`), and
+/// each the API offers done through the API. Failures are recorded too: a
+/// grant of an unknown approval changed nothing and still has its row.
+#[tokio::test]
+async fn every_admin_action_leaves_its_row() {
+    use reqwest::Method as M;
+    use tessera::admin::service::Action;
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let api = admin_api(&p).await;
+    let token = admin_token(&p, "ops");
+    let t = Some(token.as_str());
+    let url = up.url("/echo");
+    let ran = |args: &[&str]| {
+        let o = p.cli(args);
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+
+    // The command line.
+    let secret = ["--secret-env", "TEST_SECRET"];
+    assert!(
+        ran(&[
+            &["credential", "add", "gh", "--upstream", &url][..],
+            &secret
+        ]
+        .concat())
+        .0
+    );
+    assert!(ran(&[&["credential", "set-secret", "gh"][..], &secret].concat()).0);
+    assert!(ran(&["caller", "add", "a"]).0);
+    let conn = last_line(&p.cli(&["connection", "add", "--caller", "a", "--credential", "gh"]));
+    assert!(ran(&["connection", "revoke", &conn]).0);
+    assert!(ran(&["caller", "revoke", "a"]).0);
+    assert!(ran(&["admin-token", "add", "other"]).0);
+    assert!(ran(&["admin-token", "revoke", "other"]).0);
+    assert!(!ran(&["approval", "grant", "no-such-approval"]).0);
+    assert!(!ran(&["approval", "deny", "no-such-approval"]).0);
+    assert!(ran(&["key", "rotate"]).0);
+    assert!(ran(&["policy", "reload"]).0);
+
+    // The API.
+    let body = |v: serde_json::Value| Some(v);
+    for (m, path, b) in [
+        (
+            M::POST,
+            "/v1/credentials".to_string(),
+            body(json!({"name": "api-gh", "upstream": url, "secret": SECRET})),
+        ),
+        (
+            M::PUT,
+            "/v1/credentials/api-gh/secret".to_string(),
+            body(json!({"secret": SECRET})),
+        ),
+        (
+            M::POST,
+            "/v1/callers".to_string(),
+            body(json!({"name": "b"})),
+        ),
+        (
+            M::POST,
+            "/v1/connections".to_string(),
+            body(json!({"caller": "b", "credential": "api-gh"})),
+        ),
+        (
+            M::DELETE,
+            "/v1/connections/no-such-connection".to_string(),
+            None,
+        ),
+        (M::DELETE, "/v1/callers/b".to_string(), None),
+        (
+            M::POST,
+            "/v1/approvals/no-such-approval/grant".to_string(),
+            body(json!({})),
+        ),
+        (
+            M::POST,
+            "/v1/approvals/no-such-approval/deny".to_string(),
+            None,
+        ),
+        (M::POST, "/v1/policies/reload".to_string(), None),
+    ] {
+        let (s, v) = call(m.clone(), format!("{api}{path}"), t, b).await;
+        assert!(s != 401 && s != 405, "{m} {path}: {s} {v}");
+    }
+
+    let rows = p.store().admin_audit(None, 100).await.unwrap();
+    let has = |actor: &str, action: Action| {
+        rows.iter()
+            .any(|r| r.actor == actor && r.action == action.as_str())
+    };
+    let missing: Vec<_> = Action::ALL
+        .iter()
+        .filter(|a| **a != Action::CredentialLogin && !has("cli", **a))
+        .collect();
+    assert!(missing.is_empty(), "no CLI row for {missing:?}: {rows:?}");
+    let by_api = [
+        Action::CredentialAdd,
+        Action::CredentialSetSecret,
+        Action::CallerAdd,
+        Action::CallerRevoke,
+        Action::ConnectionAdd,
+        Action::ConnectionRevoke,
+        Action::ApprovalGrant,
+        Action::ApprovalDeny,
+        Action::PolicyReload,
+    ];
+    let missing: Vec<_> = by_api.iter().filter(|a| !has("ops", **a)).collect();
+    assert!(missing.is_empty(), "no API row for {missing:?}: {rows:?}");
+    // A failure is recorded with what went wrong.
+    assert!(rows
+        .iter()
+        .any(|r| r.actor == "cli" && r.action == "approval.grant" && r.outcome != "ok"));
+}

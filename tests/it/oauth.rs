@@ -626,6 +626,15 @@ async fn login_discovers_registers_and_authorizes_headlessly() {
         said.last().unwrap().contains("credential saas stored"),
         "{said:?}"
     );
+    // The login is an admin action like any other: recorded, by the CLI.
+    let rows = p.store().admin_audit(None, 10).await.unwrap();
+    assert!(
+        rows.iter().any(|r| r.actor == "cli"
+            && r.action == "credential.login"
+            && r.target == "saas"
+            && r.outcome == "ok"),
+        "{rows:?}"
+    );
     // Nothing secret was printed.
     let printed = said.join("\n");
     assert!(
