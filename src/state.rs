@@ -93,7 +93,11 @@ impl State {
             authorizer,
             audit,
             external: config.authorizer.clone().map(|a| {
-                crate::authz::external::ExternalAuthorizer::new(a, config.connect_timeout)
+                crate::authz::external::ExternalAuthorizer::new(
+                    a,
+                    config.connect_timeout,
+                    (*config.upstream_roots).clone(),
+                )
             }),
             store,
             key,

@@ -82,8 +82,14 @@ enum Decision {
 
 impl ExternalAuthorizer {
     /// Must be called inside a Tokio runtime (its client sweeps idle
-    /// connections in a task).
-    pub fn new(config: AuthorizerConfig, connect_timeout: Duration) -> ExternalAuthorizer {
+    /// connections in a task). `roots`: the certificate authorities
+    /// upstream TLS trusts (`--upstream-roots`, `--upstream-ca-file`), so
+    /// an authorizer behind a private CA is reached like an upstream.
+    pub fn new(
+        config: AuthorizerConfig,
+        connect_timeout: Duration,
+        roots: rustls::RootCertStore,
+    ) -> ExternalAuthorizer {
         let uri: Uri = config
             .url
             .as_str()
@@ -91,12 +97,13 @@ impl ExternalAuthorizer {
             .expect("a validated URL is a URI");
         let host = HeaderValue::from_str(uri.authority().map_or("", |a| a.as_str()))
             .expect("a URI authority is a header value");
-        let client = crate::upstream::client(
+        let client = crate::upstream::client_with_roots(
             connect_timeout,
             Duration::from_secs(90),
             crate::upstream::egress::Egress {
                 allow_private: true,
             },
+            roots,
         );
         ExternalAuthorizer {
             config,

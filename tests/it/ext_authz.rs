@@ -288,3 +288,50 @@ async fn failure_can_mean_ask() {
     );
     assert!(up.seen().is_empty());
 }
+
+/// An authorizer behind a private CA is reached when the CA is configured
+/// for upstream TLS (`--upstream-ca-file`), as an upstream is, and not
+/// before: the handshake fails and the call is refused, never allowed.
+#[tokio::test]
+async fn the_authorizer_trusts_the_configured_certificate_authorities() {
+    let authz = TlsUpstream::start(&[b"http/1.1"]).await;
+    let url = url::Url::parse(&format!("https://localhost:{}/authorize", authz.port)).unwrap();
+    let up = Upstream::start().await;
+    let start = |roots: Option<rustls::RootCertStore>| {
+        let url = url.clone();
+        Proxy::start_with(Proxy::dir(), move |c| {
+            c.authorizer = Some(AuthorizerConfig {
+                url,
+                timeout: Duration::from_secs(5),
+                on_failure: OnFailure::Deny,
+            });
+            c.allowed_origins = vec!["http://127.0.0.1".into()];
+            if let Some(r) = roots {
+                c.upstream_roots = Arc::new(r);
+            }
+        })
+    };
+
+    let p = start(None).await;
+    let a = p.agent("gh", &up.url("/echo"), "agent").await;
+    let (s, v) = call(&a, "search").await;
+    assert_eq!(s, 200);
+    assert!(tool_text(&v).contains("authorizer"), "{v}");
+    assert_eq!(
+        authz.seen.lock().unwrap().len(),
+        0,
+        "reached without its CA"
+    );
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(authz.cert.clone()).unwrap();
+    let p = start(Some(roots)).await;
+    let a = p.agent("gh", &up.url("/echo"), "agent").await;
+    let (s, _) = call(&a, "search").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        authz.seen.lock().unwrap().len(),
+        1,
+        "not reached with its CA"
+    );
+}
