@@ -32,31 +32,6 @@ use crate::model::{Caller, Connection};
 pub const BUILTIN_SCHEMA: &str = include_str!("../../policies/schema.cedarschema");
 pub const BUILTIN_DEFAULT: &str = include_str!("../../policies/default.cedar");
 
-/// The actions the schema declares for JSON-RPC methods by name; any other
-/// method is `notification` (a `notifications/…` method) or `other`. Also
-/// the methods whose other spellings `jsonrpc::peek` refuses.
-pub const METHOD_ACTIONS: [&str; 19] = [
-    "initialize",
-    "ping",
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "tasks/get",
-    "tasks/list",
-    "tasks/result",
-    "tasks/cancel",
-    "subscriptions/listen",
-];
-
 /// One problem in a policy set.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -355,7 +330,7 @@ impl Policies {
         let Some(schema) = schema.filter(|_| errors.is_empty()) else {
             return Err(PolicyErrors(errors));
         };
-        let actions = METHOD_ACTIONS
+        let actions = super::METHOD_ACTIONS
             .iter()
             .chain(&[
                 "notification",
@@ -411,20 +386,6 @@ impl Policies {
         ids
     }
 
-    /// The action a message (or a bodiless GET/DELETE) is.
-    pub fn action_name(http_method: &http::Method, rpc_method: Option<&str>) -> &'static str {
-        match (http_method, rpc_method) {
-            (&http::Method::GET, _) => "stream/open",
-            (&http::Method::DELETE, _) => "session/end",
-            (_, None) => "response",
-            (_, Some(m)) => match METHOD_ACTIONS.iter().find(|a| **a == m) {
-                Some(a) => a,
-                None if m.starts_with("notifications/") => "notification",
-                None => "other",
-            },
-        }
-    }
-
     /// Evaluate one request (from the cache when this caller, action,
     /// connection and the context attributes the policies read were
     /// decided before, on the same snapshot and in the same time bucket).
@@ -432,7 +393,7 @@ impl Policies {
         let Some(cache) = &self.cache else {
             return self.evaluate_uncached(req);
         };
-        let name = Self::action_name(req.http_method, req.rpc_method);
+        let name = super::action_name(req.http_method, req.rpc_method);
         let Some((&action, _)) = self.actions.get_key_value(name) else {
             return self.evaluate_uncached(req);
         };
@@ -509,7 +470,7 @@ impl Policies {
             policies: Vec::new(),
             errors: vec![why],
         };
-        let action = Self::action_name(req.http_method, req.rpc_method);
+        let action = super::action_name(req.http_method, req.rpc_method);
         let Some(action) = self.actions.get(action) else {
             return deny(format!("no action {action:?}"));
         };
@@ -1231,7 +1192,7 @@ mod tests {
     #[test]
     fn actions_of_requests() {
         use http::Method;
-        let a = Policies::action_name;
+        let a = crate::authz::action_name;
         assert_eq!(a(&Method::GET, None), "stream/open");
         assert_eq!(a(&Method::DELETE, None), "session/end");
         assert_eq!(a(&Method::POST, None), "response");

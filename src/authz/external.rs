@@ -21,7 +21,6 @@ use http_body_util::{BodyExt, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::authz::cedar::Policies;
 use crate::authz::{AuthzRequest, Grounds, Verdict};
 use crate::config::{AuthorizerConfig, OnFailure};
 use crate::upstream::pool::UpstreamClient;
@@ -167,7 +166,7 @@ impl ExternalAuthorizer {
             upstream_host: up.url.host_str().unwrap_or_default(),
             http_method: req.http_method.as_str(),
             path: req.path,
-            action: Policies::action_name(req.http_method, req.rpc_method),
+            action: super::action_name(req.http_method, req.rpc_method),
             method: req.rpc_method,
             tool: req.tool,
             arguments: req

@@ -10,6 +10,7 @@
 pub mod approvals;
 pub mod canonical;
 pub mod cedar;
+pub mod decide;
 pub mod external;
 
 use std::time::SystemTime;
@@ -137,6 +138,46 @@ impl std::fmt::Display for Grounds {
 /// A policy decision point.
 pub trait Authorizer: Send + Sync + 'static {
     fn authorize(&self, req: &AuthzRequest<'_>) -> Verdict;
+}
+
+/// The actions the schema declares for JSON-RPC methods by name; any other
+/// method is `notification` (a `notifications/…` method) or `other`. Also
+/// the methods whose other spellings `jsonrpc::peek` refuses.
+pub const METHOD_ACTIONS: [&str; 19] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "subscriptions/listen",
+];
+
+/// The action a message (or a bodiless GET/DELETE) is, as policies and
+/// the external authorizer name it.
+pub fn action_name(http_method: &Method, rpc_method: Option<&str>) -> &'static str {
+    match (http_method, rpc_method) {
+        (&Method::GET, _) => "stream/open",
+        (&Method::DELETE, _) => "session/end",
+        (_, None) => "response",
+        (_, Some(m)) => match METHOD_ACTIONS.iter().find(|a| **a == m) {
+            Some(a) => a,
+            None if m.starts_with("notifications/") => "notification",
+            None => "other",
+        },
+    }
 }
 
 #[cfg(test)]

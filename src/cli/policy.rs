@@ -151,7 +151,7 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
             if at.json {
                 let v = serde_json::json!({
                     "decision": decision.split(' ').next(),
-                    "action": Policies::action_name(&http_method, rpc_method),
+                    "action": tessera::authz::action_name(&http_method, rpc_method),
                     "caller": caller, "connection": connection, "tool": tool,
                     "determined_by": e.policies, "errors": e.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 });
@@ -161,7 +161,7 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
             println!("decision: {decision}");
             println!(
                 "action: {} (caller {caller}, connection {connection}{})",
-                Policies::action_name(&http_method, rpc_method),
+                tessera::authz::action_name(&http_method, rpc_method),
                 tool.map(|t| format!(", tool {t}")).unwrap_or_default()
             );
             if e.policies.is_empty() {

@@ -402,10 +402,10 @@ pub fn peek(body: &[u8]) -> Result<Peek<'_>, ProxyError> {
 /// every upstream, and no client sends such a method.
 pub fn known_method_in_other_case(method: &str) -> bool {
     const NOTIFICATIONS: &str = "notifications/";
-    if crate::authz::cedar::METHOD_ACTIONS.contains(&method) || method.starts_with(NOTIFICATIONS) {
+    if crate::authz::METHOD_ACTIONS.contains(&method) || method.starts_with(NOTIFICATIONS) {
         return false;
     }
-    crate::authz::cedar::METHOD_ACTIONS
+    crate::authz::METHOD_ACTIONS
         .iter()
         .any(|k| canonical::fold_eq(method, k))
         || canonical::fold_starts_with(method, NOTIFICATIONS)

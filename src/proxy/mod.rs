@@ -26,8 +26,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::authz::approvals::{self, arguments_digest, Held, Settled};
-use crate::authz::cedar::Policies;
-use crate::authz::{Authorizer, AuthzRequest, Verdict};
+use crate::authz::{AuthzRequest, Verdict};
 use crate::crypto::tokens::sha256_hex;
 use crate::limits::Refusal;
 use crate::model::Auth;
@@ -683,15 +682,10 @@ async fn send_oauth(
     Ok((resp, token.injection.redactor.clone()))
 }
 
-/// The policies' verdict, and the external authorizer's when one is
-/// configured (boxed: its exchange would otherwise make every request's
-/// future larger).
+/// The verdict on a request: [`crate::authz::decide::verdict`] with this
+/// process's policies and external authorizer.
 async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
-    let v = state.authorizer.authorize(ask);
-    match &state.external {
-        Some(ext) => Box::pin(ext.consult(ask, v)).await,
-        None => v,
-    }
+    crate::authz::decide::verdict(&*state.authorizer, state.external.as_ref(), ask).await
 }
 
 impl Decided {
@@ -700,7 +694,7 @@ impl Decided {
             matches!(verdict, Verdict::Ask(_)).then(|| arguments_digest(ask.arguments));
         Decided {
             rpc_method: ask.rpc_method.map(str::to_string),
-            action: Policies::action_name(ask.http_method, ask.rpc_method),
+            action: crate::authz::action_name(ask.http_method, ask.rpc_method),
             tool: ask.tool.map(str::to_string),
             verdict,
             settled: None,
