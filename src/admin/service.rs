@@ -8,7 +8,8 @@ use crate::credentials::injection;
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 use crate::crypto::tokens::{new_caller_token, new_connection_id, token_digest};
 use crate::store::model::Scheme;
-use crate::store::{credential_aad, NewCredential, Store, StoreError};
+use crate::store::model::Sealed;
+use crate::store::{NewCredential, Store, StoreError};
 
 /// Why an admin command failed: one line a person can act on.
 #[derive(Debug, thiserror::Error)]
@@ -421,7 +422,7 @@ pub(super) async fn credential_set_secret(
             kind: "credential",
             name: name.to_string(),
         })?;
-    let aad = credential_aad(name);
+    let aad = Sealed::Credential.aad(name);
     let sealed = if row.oauth.is_some() {
         // An OAuth credential's secret is its client secret; the refresh
         // token sealed beside it stays.
@@ -506,7 +507,7 @@ pub(super) async fn credential_add_oauth(
         client_secret: spec.client_secret.map(|s| s.expose_secret().to_string()),
         refresh_token: spec.refresh_token.map(|s| s.expose_secret().to_string()),
     };
-    let sealed = secrets.seal(key, &credential_aad(spec.name));
+    let sealed = secrets.seal(key, &Sealed::Credential.aad(spec.name));
     let config = serde_json::to_string(&config).expect("settings serialize");
     store
         .add_credential(NewCredential {
@@ -572,7 +573,7 @@ pub(super) async fn credential_add(
         Scheme::Header => spec.header_name.map(str::to_ascii_lowercase),
         _ => None,
     };
-    let sealed = key.seal(&credential_aad(spec.name), &spec.secret);
+    let sealed = key.seal(&Sealed::Credential.aad(spec.name), &spec.secret);
     store
         .add_credential(NewCredential {
             name: spec.name,
@@ -760,15 +761,12 @@ pub(super) async fn key_rotate(
     let sealed_values = store.sealed_values().await?;
     let total = sealed_values.len();
     let mut resealed = Vec::with_capacity(total);
-    for (table, name, sealed) in sealed_values {
-        let aad = match table {
-            "credentials" => crate::store::credential_aad(&name),
-            _ => crate::credentials::oauth::token_aad(&name),
-        };
+    for (kind, name, sealed) in sealed_values {
+        let aad = kind.aad(&name);
         let secret = key.open(&aad, &sealed).map_err(|_| StoreError::Sealed {
             credential: name.clone(),
         })?;
-        resealed.push((table, name, next.seal(&aad, &secret)));
+        resealed.push((kind, name, next.seal(&aad, &secret)));
         progress(resealed.len(), total);
     }
     store.reseal(&resealed).await?;

@@ -28,7 +28,8 @@ use url::Url;
 
 use crate::credentials::oauth::{Grant, OAuthConfig, OAuthSecrets};
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
-use crate::store::{credential_aad, NewCredential, Store};
+use crate::store::model::Sealed;
+use crate::store::{NewCredential, Store};
 use crate::upstream::pool::UpstreamClient;
 
 /// The largest metadata or token document read.
@@ -546,7 +547,7 @@ pub async fn login(
             scheme: crate::store::model::Scheme::Bearer,
             header_name: None,
             username: None,
-            sealed: secrets.seal(key, &credential_aad(&spec.name)),
+            sealed: secrets.seal(key, &Sealed::Credential.aad(&spec.name)),
             oauth: Some(&config_json),
         })
         .await
@@ -556,7 +557,7 @@ pub async fn login(
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(|s| crate::telemetry::time::now_ms() + (s.min(1e9) * 1000.0) as i64);
     let sealed = key.seal(
-        &crate::credentials::oauth::token_aad(&spec.name),
+        &Sealed::OAuthToken.aad(&spec.name),
         &SecretString::from(access),
     );
     store

@@ -31,6 +31,7 @@ use crate::credentials::{injection, Injection};
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 use crate::redact::Redactor;
 use crate::store::model::Scheme;
+use crate::store::model::Sealed;
 use crate::store::{timed, OAuthRefresh, Store, StoreError, StoredOAuth};
 use crate::upstream::pool::{SendError, UpstreamClient};
 
@@ -201,11 +202,6 @@ impl std::fmt::Debug for OAuthSource {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-/// The associated data binding a cached access token to its credential.
-pub fn token_aad(credential: &str) -> String {
-    format!("tessera:oauth-token:{credential}")
 }
 
 impl OAuthSource {
@@ -399,7 +395,7 @@ impl OAuthSource {
         stored: StoredOAuth,
         rejected: Option<&Arc<Token>>,
     ) -> Option<Arc<Token>> {
-        let aad = crate::store::credential_aad(&self.credential);
+        let aad = Sealed::Credential.aad(&self.credential);
         if let Some(secrets) = cx
             .key
             .open(&aad, &stored.sealed_secrets)
@@ -409,7 +405,10 @@ impl OAuthSource {
             *self.secrets.lock().unwrap_or_else(|p| p.into_inner()) = secrets;
         }
         let (sealed, expires_ms) = stored.token?;
-        let value = cx.key.open(&token_aad(&self.credential), &sealed).ok()?;
+        let value = cx
+            .key
+            .open(&Sealed::OAuthToken.aad(&self.credential), &sealed)
+            .ok()?;
         let expires_at = expires_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
         let t = self.token(&value, expires_at).ok()?;
         let refused = rejected.is_some_and(|r| r.injection.value == t.injection.value);
@@ -433,10 +432,12 @@ impl OAuthSource {
             e.duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64)
         });
-        let sealed_token = cx.key.seal(&token_aad(&self.credential), token);
+        let sealed_token = cx
+            .key
+            .seal(&Sealed::OAuthToken.aad(&self.credential), token);
         let sealed_secrets = rotated.then(|| {
             let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
-            s.seal(cx.key, &crate::store::credential_aad(&self.credential))
+            s.seal(cx.key, &Sealed::Credential.aad(&self.credential))
         });
         match lock {
             Some(lock) => {

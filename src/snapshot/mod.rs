@@ -22,7 +22,8 @@ use crate::authz::cedar::CedarAuthorizer;
 use crate::credentials::{injection_after, Injection};
 use crate::crypto::keyring::MasterKey;
 use crate::model::{Auth, Caller, Connection, Upstream};
-use crate::store::{credential_aad, Store, StoreError};
+use crate::store::model::Sealed;
+use crate::store::{Store, StoreError};
 
 /// Everything a request needs, indexed for one hash lookup each.
 #[derive(Debug)]
@@ -94,11 +95,11 @@ impl Snapshot {
             // A secret that does not open means the wrong master key: no
             // snapshot rather than one without credentials (at start,
             // serve refuses to start; while serving, the last one stays).
-            let secret =
-                key.open(&credential_aad(&c.name), &c.sealed)
-                    .map_err(|_| StoreError::Sealed {
-                        credential: c.name.clone(),
-                    })?;
+            let secret = key
+                .open(&Sealed::Credential.aad(&c.name), &c.sealed)
+                .map_err(|_| StoreError::Sealed {
+                    credential: c.name.clone(),
+                })?;
             let cached = tokens.remove(&c.name);
             let built = Url::parse(&c.upstream)
                 .map_err(|e| e.to_string())
@@ -200,12 +201,12 @@ fn oauth_source(
     cached: Option<(Vec<u8>, Option<i64>)>,
     key: &MasterKey,
 ) -> Result<crate::credentials::oauth::OAuthSource, String> {
-    use crate::credentials::oauth::{token_aad, OAuthConfig, OAuthSecrets, OAuthSource};
+    use crate::credentials::oauth::{OAuthConfig, OAuthSecrets, OAuthSource};
     let config: OAuthConfig =
         serde_json::from_str(config).map_err(|e| format!("its OAuth settings: {e}"))?;
     let secrets = OAuthSecrets::parse(secret)?;
     let cached = cached.and_then(|(sealed, exp)| {
-        let t = key.open(&token_aad(name), &sealed).ok()?;
+        let t = key.open(&Sealed::OAuthToken.aad(name), &sealed).ok()?;
         let exp = exp.map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64));
         Some((t, exp))
     });

@@ -21,7 +21,9 @@ use sqlx::{AnyPool, ConnectOptions, Row};
 
 pub mod model;
 
-use model::{Approval, AuditQuery, AuditRecord, CallKey, NewApproval, Scheme, Shown, Status};
+use model::{
+    Approval, AuditQuery, AuditRecord, CallKey, NewApproval, Scheme, Sealed, Shown, Status,
+};
 
 /// A storage failure. Messages name the thing, never a secret.
 #[derive(Debug, thiserror::Error)]
@@ -311,11 +313,6 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The associated data that binds a sealed secret to its credential row.
-pub fn credential_aad(name: &str) -> String {
-    format!("tessera:credential:{name}")
-}
-
 fn unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
 }
@@ -589,22 +586,22 @@ impl Store {
         })
     }
 
-    /// Every sealed value: (table, row name, sealed blob). Credentials'
+    /// Every sealed value: (kind, row name, sealed blob). Credentials'
     /// secrets and cached OAuth tokens.
-    pub async fn sealed_values(&self) -> Result<Vec<(&'static str, String, Vec<u8>)>, StoreError> {
+    pub async fn sealed_values(&self) -> Result<Vec<(Sealed, String, Vec<u8>)>, StoreError> {
         let mut out = Vec::new();
         for r in sqlx::query("SELECT name, sealed FROM credentials ORDER BY name")
             .fetch_all(&self.pool)
             .await?
         {
-            out.push(("credentials", r.try_get("name")?, r.try_get("sealed")?));
+            out.push((Sealed::Credential, r.try_get("name")?, r.try_get("sealed")?));
         }
         for r in sqlx::query("SELECT credential, sealed FROM oauth_tokens ORDER BY credential")
             .fetch_all(&self.pool)
             .await?
         {
             out.push((
-                "oauth_tokens",
+                Sealed::OAuthToken,
                 r.try_get("credential")?,
                 r.try_get("sealed")?,
             ));
@@ -614,15 +611,12 @@ impl Store {
 
     /// Replace sealed values (as [`Store::sealed_values`] names them) in one
     /// transaction, and bump the revision so serving processes reload.
-    pub async fn reseal(
-        &self,
-        values: &[(&'static str, String, Vec<u8>)],
-    ) -> Result<(), StoreError> {
+    pub async fn reseal(&self, values: &[(Sealed, String, Vec<u8>)]) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        for (table, name, sealed) in values {
-            let sql = match *table {
-                "credentials" => "UPDATE credentials SET sealed = $1 WHERE name = $2",
-                _ => "UPDATE oauth_tokens SET sealed = $1 WHERE credential = $2",
+        for (kind, name, sealed) in values {
+            let sql = match kind {
+                Sealed::Credential => "UPDATE credentials SET sealed = $1 WHERE name = $2",
+                Sealed::OAuthToken => "UPDATE oauth_tokens SET sealed = $1 WHERE credential = $2",
             };
             sqlx::query(sql)
                 .bind(sealed)

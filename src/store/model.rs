@@ -34,6 +34,35 @@ impl std::str::FromStr for Scheme {
     }
 }
 
+/// What a sealed value is: where it is stored, and the associated data
+/// that binds it to its row (a blob copied onto another row, or into the
+/// other table, fails to open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sealed {
+    /// A credential's secret (`credentials.sealed`).
+    Credential,
+    /// A cached OAuth access token (`oauth_tokens.sealed`).
+    OAuthToken,
+}
+
+impl Sealed {
+    /// The table holding it.
+    pub fn table(self) -> &'static str {
+        match self {
+            Sealed::Credential => "credentials",
+            Sealed::OAuthToken => "oauth_tokens",
+        }
+    }
+
+    /// The associated data for the value of the credential `name`.
+    pub fn aad(self, name: &str) -> String {
+        match self {
+            Sealed::Credential => format!("tessera:credential:{name}"),
+            Sealed::OAuthToken => format!("tessera:oauth-token:{name}"),
+        }
+    }
+}
+
 /// A scheme name that is not `bearer`, `basic` or `header`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("unknown scheme {0:?}: expected bearer, basic or header")]
@@ -170,4 +199,25 @@ pub struct AuditQuery {
     /// Records with a larger id only (for following).
     pub after_id: Option<i64>,
     pub limit: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sealed;
+    use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
+
+    #[test]
+    fn a_sealed_value_opens_only_as_its_kind_and_row() {
+        let key = MasterKey::load(
+            Some(&crate::crypto::keyring::new_key_base64()),
+            std::path::Path::new("/nonexistent"),
+        )
+        .unwrap();
+        let blob = key.seal(&Sealed::Credential.aad("gh"), &SecretString::from("s3cret"));
+        let opened = key.open(&Sealed::Credential.aad("gh"), &blob).unwrap();
+        assert_eq!(opened.expose_secret(), "s3cret");
+        assert!(key.open(&Sealed::OAuthToken.aad("gh"), &blob).is_err());
+        assert!(key.open(&Sealed::Credential.aad("gl"), &blob).is_err());
+        assert_ne!(Sealed::Credential.table(), Sealed::OAuthToken.table());
+    }
 }
