@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -189,20 +188,17 @@ impl ExternalAuthorizer {
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
         // No credential travels to the authorizer: its questions share one
         // pool.
-        let resp = self
+        use crate::upstream::pool::{ExchangeError, SendError};
+        let answer = self
             .client
-            .send(r, "authorizer")
+            .exchange(r, "authorizer", MAX_ANSWER_BYTES)
             .await
             .map_err(|e| match e {
-                crate::upstream::pool::SendError::Connect(e) => format!("could not connect: {e}"),
-                crate::upstream::pool::SendError::Http(e) => format!("broken HTTP exchange: {e}"),
+                ExchangeError::Send(SendError::Connect(e)) => format!("could not connect: {e}"),
+                ExchangeError::Send(SendError::Http(e)) => format!("broken HTTP exchange: {e}"),
+                e @ ExchangeError::Body(_) => format!("reading the answer: {e}"),
             })?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
-            .collect()
-            .await
-            .map_err(|e| format!("reading the answer: {e}"))?
-            .to_bytes();
+        let (status, body) = (answer.status, answer.body);
         if !status.is_success() {
             return Err(format!("HTTP {}", status.as_u16()));
         }

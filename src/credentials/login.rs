@@ -20,7 +20,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use rand::RngCore;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -129,17 +129,11 @@ async fn exchange(
     }
     *req.uri_mut() = uri;
     let run = async {
-        let resp = client
-            .send(req, pool_key)
+        let a = client
+            .exchange(req, pool_key, MAX_DOC)
             .await
             .map_err(|e| format!("{url}: {e}"))?;
-        let (parts, body) = resp.into_parts();
-        let bytes = Limited::new(body, MAX_DOC)
-            .collect()
-            .await
-            .map_err(|_| format!("{url}: the answer is unreadable or larger than {MAX_DOC} bytes"))?
-            .to_bytes();
-        Ok((parts.status, parts.headers, bytes))
+        Ok((a.status, a.headers, a.body))
     };
     tokio::time::timeout(EXCHANGE_TIMEOUT, run)
         .await

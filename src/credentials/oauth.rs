@@ -23,7 +23,6 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Limited};
 use serde::{Deserialize, Serialize};
 use url::Url;
 
@@ -33,7 +32,7 @@ use crate::redact::Redactor;
 use crate::store::model::Scheme;
 use crate::store::model::Sealed;
 use crate::store::{timed, OAuthRefresh, Store, StoreError, StoredOAuth};
-use crate::upstream::pool::{SendError, UpstreamClient};
+use crate::upstream::pool::{ExchangeError, SendError, UpstreamClient};
 
 /// The largest token response read.
 const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
@@ -533,18 +532,19 @@ impl OAuthSource {
         *req.uri_mut() = uri;
         // A pool of its own: these connections carry the client secret.
         let pool_key = format!("oauth:{}", self.credential);
-        let resp = client.send(req, &pool_key).await.map_err(|e| {
-            TokenError::Unreachable(match e {
-                SendError::Connect(_) => "could not connect".into(),
-                SendError::Http(_) => "the HTTP exchange broke".into(),
-            })
-        })?;
-        let status = resp.status();
-        let bytes = Limited::new(resp.into_body(), MAX_TOKEN_RESPONSE)
-            .collect()
+        let answer = client
+            .exchange(req, &pool_key, MAX_TOKEN_RESPONSE)
             .await
-            .map_err(|_| TokenError::BadResponse("unreadable or too large"))?
-            .to_bytes();
+            .map_err(|e| match e {
+                ExchangeError::Send(SendError::Connect(_)) => {
+                    TokenError::Unreachable("could not connect".into())
+                }
+                ExchangeError::Send(SendError::Http(_)) => {
+                    TokenError::Unreachable("the HTTP exchange broke".into())
+                }
+                ExchangeError::Body(_) => TokenError::BadResponse("unreadable or too large"),
+            })?;
+        let (status, bytes) = (answer.status, answer.body);
         #[derive(Deserialize)]
         struct Answer {
             access_token: Option<String>,

@@ -119,6 +119,24 @@ pub enum SendError {
     Http(BoxError),
 }
 
+/// A whole answer to one of tessera's own calls.
+#[derive(Debug)]
+pub struct Exchanged {
+    pub status: http::StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+/// Why one of tessera's own calls got no whole answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// The body broke off, or ran past the call's limit.
+    #[error("the answer is unreadable or larger than {0} bytes")]
+    Body(usize),
+}
+
 /// The TLS failure somewhere in a connect error's causes (an untrusted or
 /// expired certificate, a name mismatch, a failed handshake), if that is
 /// what it was.
@@ -247,6 +265,30 @@ impl UpstreamClient {
         });
         tokio::spawn(sweep(Arc::downgrade(&inner), idle_timeout));
         UpstreamClient { inner }
+    }
+
+    /// A whole exchange, for tessera's own calls (the token endpoint, the
+    /// login's discovery and registration, the external authorizer): send
+    /// `req` as [`UpstreamClient::send`] does, then read the answer's body,
+    /// at most `max` bytes of it. Forwarding streams instead, on `send`.
+    pub async fn exchange(
+        &self,
+        req: Request<Bytes>,
+        pool_key: &str,
+        max: usize,
+    ) -> Result<Exchanged, ExchangeError> {
+        use http_body_util::BodyExt;
+        let (parts, body) = self.send(req, pool_key).await?.into_parts();
+        let body = http_body_util::Limited::new(body, max)
+            .collect()
+            .await
+            .map_err(|_| ExchangeError::Body(max))?
+            .to_bytes();
+        Ok(Exchanged {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
     }
 
     /// Send `req` (absolute URI, `Host` already set) and return the
