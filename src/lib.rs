@@ -40,6 +40,38 @@
 
 #![forbid(unsafe_code)]
 
+/// An enum of fixed, labelled variants: each variant and its label written
+/// once, with `ALL` (every variant, in order: `v as usize` indexes it) and
+/// `as_str`. Refusal reasons and admin actions are such lists, where a
+/// second list to keep in step would be a place to forget one.
+macro_rules! labelled {
+    ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident => $label:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The variant's label, stable (logs, metrics and records key on it).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 pub mod admin;
 pub mod audit;
 pub mod authz;

@@ -48,40 +48,23 @@ pub enum AdminError {
 /// the admin API, `cli` for the command line.
 pub const CLI: &str = "cli";
 
-macro_rules! actions {
-    ($($variant:ident => $name:literal,)+) => {
-        /// Every admin action, by the name its `admin_audit` row carries.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Action {
-            $($variant,)+
-        }
-
-        impl Action {
-            pub const ALL: &'static [Action] = &[$(Action::$variant,)+];
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Action::$variant => $name,)+
-                }
-            }
-        }
-    };
-}
-
-actions! {
-    CredentialAdd => "credential.add",
-    CredentialSetSecret => "credential.set-secret",
-    CredentialLogin => "credential.login",
-    CallerAdd => "caller.add",
-    CallerRevoke => "caller.revoke",
-    ConnectionAdd => "connection.add",
-    ConnectionRevoke => "connection.revoke",
-    AdminTokenAdd => "admin-token.add",
-    AdminTokenRevoke => "admin-token.revoke",
-    ApprovalGrant => "approval.grant",
-    ApprovalDeny => "approval.deny",
-    KeyRotate => "key.rotate",
-    PolicyReload => "policy.reload",
+labelled! {
+    /// Every admin action, by the name its `admin_audit` row carries.
+    pub enum Action {
+        CredentialAdd => "credential.add",
+        CredentialSetSecret => "credential.set-secret",
+        CredentialLogin => "credential.login",
+        CallerAdd => "caller.add",
+        CallerRevoke => "caller.revoke",
+        ConnectionAdd => "connection.add",
+        ConnectionRevoke => "connection.revoke",
+        AdminTokenAdd => "admin-token.add",
+        AdminTokenRevoke => "admin-token.revoke",
+        ApprovalGrant => "approval.grant",
+        ApprovalDeny => "approval.deny",
+        KeyRotate => "key.rotate",
+        PolicyReload => "policy.reload",
+    }
 }
 
 /// The admin service as one actor uses it: every method that changes

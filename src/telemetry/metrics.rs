@@ -31,87 +31,62 @@ const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// Why tessera answered a request itself: one variant per reason, each
-/// with its label in the access log and in `tessera_refusals_total`. The
-/// counters are an array indexed by the variant, so a new reason is counted
-/// from the moment it exists (there is no list to forget it in).
-macro_rules! reasons {
-    ($($variant:ident => $label:literal,)+) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Reason {
-            $($variant,)+
-        }
-
-        impl Reason {
-            /// Every reason, in the order of their counters.
-            pub const ALL: &'static [Reason] = &[$(Reason::$variant,)+];
-
-            /// The label: snake case, stable (dashboards key on it).
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Reason::$variant => $label,)+
-                }
-            }
-        }
-    };
-}
-
-reasons! {
-    Method => "method",
-    NotFound => "not_found",
-    Origin => "origin",
-    Host => "host",
-    Unauthenticated => "unauthenticated",
-    Denied => "denied",
-    Held => "held",
-    ApprovalUnavailable => "approval_unavailable",
-    AuditUnavailable => "audit_unavailable",
-    ToolsList => "tools_list",
-    TokenEndpoint => "token_endpoint",
-    TooLarge => "too_large",
-    Parse => "parse",
-    Invalid => "invalid",
-    Ambiguous => "ambiguous",
-    HeaderMismatch => "header_mismatch",
-    VersionMismatch => "version_mismatch",
-    SessionUnknown => "session_unknown",
-    RequestBody => "request_body",
-    UriTooLong => "uri_too_long",
-    HeadersTooLarge => "headers_too_large",
-    RequestTimeout => "request_timeout",
-    Framing => "framing",
-    CallerInFlight => "caller_in_flight",
-    CallerRate => "caller_rate",
-    AuthThrottled => "auth_throttled",
-    ApprovalsPendingCap => "approvals_pending_cap",
-    UpstreamUnreachable => "upstream_unreachable",
-    UpstreamForbidden => "upstream_forbidden",
-    UpstreamTls => "upstream_tls",
-    UpstreamTimeout => "upstream_timeout",
-    CredentialRejected => "credential_rejected",
-    UpstreamProtocol => "upstream_protocol",
-    UpstreamEncoding => "upstream_encoding",
-    PathBackslash => "path_backslash",
-    PathEncodedSeparator => "path_encoded_separator",
-    PathDoubleEncoding => "path_double_encoding",
-    PathBadEscape => "path_bad_escape",
-    PathParameter => "path_parameter",
-    PathDotSegment => "path_dot_segment",
-    PathEmptySegment => "path_empty_segment",
-    QueryCredential => "query_credential",
-    BodyMemory => "body_memory",
-    SourceConnections => "source_connections",
-    ConnectionEvicted => "connection_evicted",
+// The counters are an array indexed by the variant, so a new reason is
+// counted from the moment it exists (there is no list to forget it in).
+labelled! {
+    /// Why tessera answered a request itself: one variant per reason, each
+    /// with its label in the access log and in `tessera_refusals_total`.
+    pub enum Reason {
+        Method => "method",
+        NotFound => "not_found",
+        Origin => "origin",
+        Host => "host",
+        Unauthenticated => "unauthenticated",
+        Denied => "denied",
+        Held => "held",
+        ApprovalUnavailable => "approval_unavailable",
+        AuditUnavailable => "audit_unavailable",
+        ToolsList => "tools_list",
+        TokenEndpoint => "token_endpoint",
+        TooLarge => "too_large",
+        Parse => "parse",
+        Invalid => "invalid",
+        Ambiguous => "ambiguous",
+        HeaderMismatch => "header_mismatch",
+        VersionMismatch => "version_mismatch",
+        SessionUnknown => "session_unknown",
+        RequestBody => "request_body",
+        UriTooLong => "uri_too_long",
+        HeadersTooLarge => "headers_too_large",
+        RequestTimeout => "request_timeout",
+        Framing => "framing",
+        CallerInFlight => "caller_in_flight",
+        CallerRate => "caller_rate",
+        AuthThrottled => "auth_throttled",
+        ApprovalsPendingCap => "approvals_pending_cap",
+        UpstreamUnreachable => "upstream_unreachable",
+        UpstreamForbidden => "upstream_forbidden",
+        UpstreamTls => "upstream_tls",
+        UpstreamTimeout => "upstream_timeout",
+        CredentialRejected => "credential_rejected",
+        UpstreamProtocol => "upstream_protocol",
+        UpstreamEncoding => "upstream_encoding",
+        PathBackslash => "path_backslash",
+        PathEncodedSeparator => "path_encoded_separator",
+        PathDoubleEncoding => "path_double_encoding",
+        PathBadEscape => "path_bad_escape",
+        PathParameter => "path_parameter",
+        PathDotSegment => "path_dot_segment",
+        PathEmptySegment => "path_empty_segment",
+        QueryCredential => "query_credential",
+        BodyMemory => "body_memory",
+        SourceConnections => "source_connections",
+        ConnectionEvicted => "connection_evicted",
+    }
 }
 
 /// How many reasons there are: the length of the counters' array.
 const REASONS: usize = Reason::ALL.len();
-
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The process's counters.
 pub struct Metrics {
