@@ -35,10 +35,11 @@ use crate::admin::service::{self, AdminError, CallerView, ConnectionView, Creden
 use crate::crypto::keyring::{ExposeSecret, SecretString};
 use crate::crypto::tokens::token_digest;
 use crate::state::State;
+use crate::store::model::AdminAction;
 use crate::store::model::Approval;
 use crate::store::model::Scheme;
 use crate::store::model::{AuditQuery, AuditRecord};
-use crate::store::{AdminAction, StoreError};
+use crate::store::StoreError;
 
 /// The admin token's name, once the request has been authenticated.
 #[derive(Debug, Clone)]

@@ -7,9 +7,10 @@ use url::Url;
 use crate::credentials::injection;
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 use crate::crypto::tokens::{new_caller_token, new_connection_id, token_digest};
+use crate::store::model::NewCredential;
 use crate::store::model::Scheme;
 use crate::store::model::Sealed;
-use crate::store::{NewCredential, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Why an admin command failed: one line a person can act on.
 #[derive(Debug, thiserror::Error)]

@@ -28,8 +28,9 @@ use url::Url;
 
 use crate::credentials::oauth::{Grant, OAuthConfig, OAuthSecrets};
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
+use crate::store::model::NewCredential;
 use crate::store::model::Sealed;
-use crate::store::{NewCredential, Store};
+use crate::store::Store;
 use crate::upstream::pool::UpstreamClient;
 
 /// The largest metadata or token document read.

@@ -31,7 +31,9 @@ use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 use crate::redact::Redactor;
 use crate::store::model::Scheme;
 use crate::store::model::Sealed;
-use crate::store::{timed, OAuthRefresh, Store, StoreError, StoredOAuth};
+use crate::store::model::StoredOAuth;
+use crate::store::oauth::OAuthRefresh;
+use crate::store::{timed, Store, StoreError};
 use crate::upstream::pool::{ExchangeError, SendError, UpstreamClient};
 
 /// The largest token response read.

@@ -201,6 +201,99 @@ pub struct AuditQuery {
     pub limit: i64,
 }
 
+/// A credential row. `sealed` is the AEAD blob; it is opened only when a
+/// snapshot is built.
+#[derive(Debug, Clone)]
+pub struct CredentialRow {
+    pub id: i64,
+    pub name: String,
+    pub upstream: String,
+    pub scheme: Scheme,
+    pub header_name: Option<String>,
+    pub username: Option<String>,
+    pub sealed: Vec<u8>,
+    pub created_at: i64,
+    /// For an OAuth credential: its `OAuthConfig` as JSON.
+    pub oauth: Option<String>,
+}
+
+/// A caller row: its token exists here only as a digest.
+#[derive(Debug, Clone)]
+pub struct CallerRow {
+    pub id: i64,
+    pub name: String,
+    pub token_sha256: [u8; 32],
+    /// Group names, for policies.
+    pub groups: Vec<String>,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A connection row, with the names it refers to.
+#[derive(Debug, Clone)]
+pub struct ConnectionRow {
+    pub id: String,
+    pub caller_id: i64,
+    pub caller: String,
+    pub credential_id: i64,
+    pub credential: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// New credential fields, with the secret already sealed.
+pub struct NewCredential<'a> {
+    pub name: &'a str,
+    pub upstream: &'a str,
+    pub scheme: Scheme,
+    pub header_name: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub sealed: Vec<u8>,
+    /// For an OAuth credential: its `OAuthConfig` as JSON.
+    pub oauth: Option<&'a str>,
+}
+
+/// An admin token as listed: never its value or digest.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdminTokenRow {
+    pub name: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// One admin action, as recorded.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct AdminAction {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    /// The admin token's name, or `cli`.
+    pub actor: String,
+    /// e.g. `caller.add`, `approval.grant`.
+    pub action: String,
+    /// The name or id acted on.
+    pub target: String,
+    /// `ok`, or the error the action met.
+    pub outcome: String,
+}
+
+/// The store's change counters (see `migrations/*/0006_changes.sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revision {
+    /// Moves on every change to credentials, callers and connections.
+    pub data: i64,
+    /// Moves on `tessera policy reload`.
+    pub policies: i64,
+}
+
+/// What is stored for an OAuth credential: its sealed secrets, and its
+/// cached token (sealed) with the expiry in unix milliseconds.
+pub struct StoredOAuth {
+    pub sealed_secrets: Vec<u8>,
+    pub token: Option<(Vec<u8>, Option<i64>)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::Sealed;

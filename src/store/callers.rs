@@ -1,0 +1,68 @@
+//! Callers: agent identities, their token digests and groups.
+
+use super::*;
+
+impl Store {
+    pub async fn add_caller(
+        &self,
+        name: &str,
+        token_sha256: &[u8; 32],
+        groups: &[String],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let r = sqlx::query(
+            "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(name)
+        .bind(&token_sha256[..])
+        .bind(groups.join(","))
+        .bind(now())
+        .execute(&mut *tx)
+        .await;
+        match r {
+            Err(e) if unique_violation(&e) => {
+                return Err(StoreError::Duplicate {
+                    kind: "caller",
+                    name: name.to_string(),
+                })
+            }
+            r => r?,
+        };
+        Self::bump(&mut tx).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
+    /// Revoke a caller; its connections stop working with it.
+    pub async fn revoke_caller(&self, name: &str) -> Result<(), StoreError> {
+        self.revoke(Revocable::Caller, name).await
+    }
+
+    pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, name, token_sha256, groups, created_at, revoked_at FROM callers ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let digest: Vec<u8> = r.try_get("token_sha256")?;
+                let groups: String = r.try_get("groups")?;
+                Ok(CallerRow {
+                    groups: groups
+                        .split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_string)
+                        .collect(),
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    token_sha256: digest
+                        .try_into()
+                        .map_err(|_| sqlx::Error::Decode("token digest is not 32 bytes".into()))?,
+                    created_at: r.try_get("created_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+}
