@@ -4,8 +4,11 @@
 //! Folders are planes; each uses only the ones listed after it
 //! (`tests/layout.rs` holds this: no cycles, uses go downward).
 //!
-//! - [`admin`]: the control plane: the commands' shared operations
-//!   ([`admin::service`]), the HTTP API and the console.
+//! - [`serve`]: the `serve` process assembled ([`serve::run`]): what the
+//!   binary runs and the integration tests start.
+//! - [`admin`]: the control plane: [`admin::service`] (every admin action,
+//!   each recording itself in the admin audit), the HTTP API and the
+//!   console.
 //! - [`proxy`]: the data plane, one file per stage in request order, read
 //!   top to bottom in [`proxy::handle`]:
 //!   [`proxy::listener`] (accept loop, connection caps, drain;
@@ -21,9 +24,10 @@
 //! - [`state`]: what every request shares.
 //! - [`snapshot`]: callers, connections and opened credentials in memory,
 //!   refreshed off the hot path ([`snapshot::pg_notify`] between replicas).
-//! - [`authz`]: decisions: the `Authorizer` trait, Cedar
-//!   ([`authz::cedar`]), the external authorizer, approvals, and the
-//!   canonical reading of a call policies see ([`authz::canonical`]).
+//! - [`authz`]: decisions: the `Authorizer` trait and the MCP action
+//!   names, [`authz::decide`] (the one verdict: policies, then the external
+//!   authorizer), Cedar ([`authz::cedar`]), approvals, and the canonical
+//!   reading of a call policies see ([`authz::canonical`]).
 //! - [`model`]: the caller, connection and upstream a request resolves to.
 //! - [`credentials`]: how a stored secret becomes a header; OAuth and the
 //!   interactive login.
@@ -31,8 +35,8 @@
 //! - [`config`]: validated settings.
 //! - [`limits`]: per-caller limits and the capacity of the process.
 //! - [`upstream`]: outbound networking: the pool, HTTP/1.1, egress.
-//! - [`store`]: the database (SQLite or Postgres); every row type in
-//!   [`store::model`].
+//! - [`store`]: the database (SQLite or Postgres), one file per table
+//!   group; every row type in [`store::model`].
 //! - [`redact`]: the injected secret found in every form it could leave in.
 //! - leaves: [`wire`] (header tables, content codings), [`crypto`] (the
 //!   key ring, sealed values, tokens), [`telemetry`] (log, metrics, time,
