@@ -166,8 +166,11 @@ pub struct ServeConfig {
 
 /// The serve settings as given (flag > environment > settings file >
 /// default; clap merged them), validated by [`parse_serve`]. The one list of
-/// the settings: `tessera serve` and `tessera config check` take their flags
-/// from it, and their defaults are the constants above.
+/// the data plane's settings: `tessera serve` and `tessera config check`
+/// take their flags from it, and their defaults are the constants above.
+/// The few settings of the process around it (admin listener, shutdown
+/// grace, policy folder and its check interval, worker threads, log format)
+/// are the binary's `ServeArgs`, handed to `serve::Process`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RawServe {
     #[arg(long, env = "TESSERA_LISTEN", default_value = DEFAULT_LISTEN)]

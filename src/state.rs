@@ -1,6 +1,7 @@
 //! The data plane's shared state: the settings, the snapshot, the
 //! authorizer, the upstream client, the audit queue and the counters every
 //! request reads. Started once by `serve`; the admin API reads it too.
+//! (The Host and Origin check on it is the data plane's: `proxy::origin`.)
 
 use std::sync::Arc;
 

@@ -1,6 +1,9 @@
-//! Admin commands: registering credentials, callers and connections, and
-//! listing them. Separate from the data plane; they write to the store and
-//! the serving process picks the change up from the revision counter.
+//! The admin service: every admin action (credentials, callers,
+//! connections, admin tokens, approvals, key rotation, policy reload), each
+//! recorded in the admin audit by [`Admin`], and the listings. The CLI, the
+//! admin API and the console all act through it. Separate from the data
+//! plane: it writes to the store, and serving processes pick the change up
+//! from the revision counter.
 
 use url::Url;
 

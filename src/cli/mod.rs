@@ -1,6 +1,7 @@
 //! The command line: the commands, their settings (flag > environment >
-//! settings file > default) and where they keep state. One file per command
-//! group; printing stays here, the work is the library's.
+//! settings file > default, merged here) and where they keep state (the
+//! data dir, the database, the master key). One file per command group;
+//! the work is the library's, the printing is here.
 
 mod admin_token;
 mod approval;

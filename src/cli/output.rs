@@ -7,7 +7,7 @@ use tessera::crypto::keyring::SecretString;
 
 /// Rows under a header, each column as wide as its widest cell (names of
 /// any length stay aligned), the last column unpadded. Cells are shown
-/// printable (`logging::printable`): a tool name an agent chose cannot
+/// printable (`tessera::telemetry::log::printable`): a tool name an agent chose cannot
 /// colour the table or split a row in two.
 pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let rows: Vec<Vec<String>> = rows

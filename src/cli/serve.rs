@@ -41,24 +41,6 @@ pub(crate) struct ServeArgs {
     pub(crate) log_format: String,
 }
 
-/// Whether upstreams may be internal (see `tessera::upstream::egress`).
-#[derive(clap::Args, Debug, Clone, Copy)]
-pub(crate) struct EgressArgs {
-    /// Allow upstreams (and OAuth token URLs) on loopback, private,
-    /// link-local or metadata addresses, and over plain http://. Off by
-    /// default: a sidecar whose upstream runs on the same host needs it
-    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
-    pub(crate) allow_private_upstreams: bool,
-}
-
-impl EgressArgs {
-    pub(crate) fn egress(self) -> tessera::upstream::egress::Egress {
-        tessera::upstream::egress::Egress {
-            allow_private: self.allow_private_upstreams,
-        }
-    }
-}
-
 pub(crate) async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
     let log = tessera::telemetry::log::Buffered::stderr();
     let filter =

@@ -6,7 +6,8 @@
 //! another credential's row fails to open. Each blob records the id of the
 //! key that sealed it, so a ring of keys (the current one sealing, older
 //! ones still opening) lets `tessera key rotate` re-seal everything while
-//! `serve` keeps serving. The ring comes from `TESSERA_MASTER_KEY` or from
+//! `serve` keeps serving. The ring comes from `TESSERA_MASTER_KEY` (or the
+//! file `TESSERA_MASTER_KEY_FILE` names, read by the CLI) or from
 //! `master.key` in the data dir, created with mode 0600 on first use.
 
 use std::path::Path;

@@ -1,88 +1,59 @@
-//! The one response body type the data plane returns: either a streamed
-//! upstream body passed through frame by frame, or a small buffer tessera
-//! wrote itself.
+//! The request body: a POST's body read within `--max-body-bytes` and the
+//! process's body-memory budget, before anything is decided on it.
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http::{header, HeaderMap};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
 
-/// A response body: boxed so upstream streams and tessera's own answers
-/// share one type.
-pub type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+use crate::proxy::error::ProxyError;
 
-/// A body from a buffer tessera produced.
-pub fn full(b: Bytes) -> ProxyBody {
-    Full::new(b).map_err(|never| match never {}).boxed()
-}
-
-/// A response body counted as it passes: its bytes go to the `bytes out`
-/// counter frame by frame, and an event stream counts as open (and the
-/// caller's request as in flight) until the body is dropped (finished, or
-/// the caller gone).
-pub struct Metered<B> {
-    inner: B,
-    metrics: std::sync::Arc<crate::telemetry::metrics::Metrics>,
-    _stream: Option<crate::telemetry::metrics::StreamGuard>,
-    /// An event stream ends cleanly when this fires (shutdown: see
-    /// [`crate::proxy::listener::run`]), rather than being cut at the grace period.
-    drain: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
-    /// The caller's in-flight slot, released when the body is dropped.
-    _admitted: crate::limits::Admitted,
-}
-
-impl<B> Metered<B> {
-    pub fn new(
-        inner: B,
-        metrics: &std::sync::Arc<crate::telemetry::metrics::Metrics>,
-        event_stream: bool,
-        admitted: crate::limits::Admitted,
-        drain: &std::sync::Arc<tokio::sync::Notify>,
-    ) -> Self {
-        Metered {
-            inner,
-            _admitted: admitted,
-            // Created now, so a drain signalled before the first poll
-            // still ends the stream.
-            drain: event_stream.then(|| Box::pin(drain.clone().notified_owned())),
-            _stream: event_stream.then(|| metrics.stream_opened()),
-            metrics: metrics.clone(),
-        }
+/// Read a request body up to `max` bytes: a declared `Content-Length` over
+/// the limit is refused before reading; a body that grows past it is
+/// refused when it does. Its bytes are reserved from `memory` (a declared
+/// length before reading, a chunked body's bytes as they arrive); over
+/// the budget, 503 and the rest is not read.
+pub(crate) async fn read_bounded<'m>(
+    headers: &HeaderMap,
+    body: Incoming,
+    max: usize,
+    memory: &'m crate::limits::capacity::BodyMemory,
+) -> Result<(Bytes, crate::limits::capacity::Held<'m>), ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ProxyError::PayloadTooLarge(max));
     }
-}
-
-impl<B> http_body::Body for Metered<B>
-where
-    B: http_body::Body<Data = Bytes> + Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
-        use std::future::Future;
-        if let Some(d) = &mut self.drain {
-            if d.as_mut().poll(cx).is_ready() {
-                // The end of the body: the chunked terminator, so the
-                // client sees a finished stream and reconnects.
-                self.drain = None;
-                return std::task::Poll::Ready(None);
+    let mut held = memory
+        .reserve(declared.map_or(0, |n| n as usize))
+        .ok_or(ProxyError::BodyMemory)?;
+    let mut body = Limited::new(body, max);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut read = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ProxyError::PayloadTooLarge(max)
+            } else {
+                ProxyError::RequestBody
             }
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        read += data.len();
+        if read > held.bytes() && !held.grow(read - held.bytes()) {
+            return Err(ProxyError::BodyMemory);
         }
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(Some(Ok(f))) = &polled {
-            if let Some(d) = f.data_ref() {
-                self.metrics.bytes_out(d.len());
-            }
-        }
-        polled
+        chunks.push(data);
     }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
+    // One chunk is passed on as it is; several are joined once.
+    let bytes = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => chunks.concat().into(),
+    };
+    Ok((bytes, held))
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::value::RawValue;
 
-use crate::proxy::body::{full, ProxyBody};
+use crate::proxy::response::body::{full, ProxyBody};
 use crate::telemetry::metrics::Reason;
 
 /// Why tessera answered a request itself instead of forwarding it.
@@ -77,7 +77,7 @@ pub enum ProxyError {
     #[error("invalid request: {} (rule {})", .0.text(), .0.reason())]
     SubPath(PathRule),
     /// A query parameter named like a credential (see
-    /// [`crate::proxy::forward::refuse_credential_query`]).
+    /// [`crate::proxy::shape::refuse_credential_query`]).
     #[error("invalid request: the query may not carry a credential (a parameter named access_token, token, api_key, key, secret, password, auth or the like); tessera injects the upstream's credential itself, and the caller's token goes in 'Authorization: Bearer <token>' (rule query_credential)")]
     QueryCredential,
     /// A message upstreams could read otherwise than tessera did (names

@@ -5,12 +5,16 @@
 //! Strip runs before inject in one function, so no path exists where the
 //! caller's `Authorization` survives next to (or instead of) the stored one.
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
 
 use crate::credentials::Injection;
 use crate::model::Upstream;
 use crate::proxy::error::ProxyError;
+use crate::state::State;
 use crate::wire::headers::{
     is_trust_header, names_a_credential, remove_hop_by_hop_and, RANGE_REQUEST, STRIPPED_REQUEST,
 };
@@ -44,51 +48,6 @@ pub fn set_forwarded(h: &mut HeaderMap, f: Forwarded) {
         h.entry(HeaderName::from_static("x-forwarded-for"))
             .or_insert(v);
     }
-}
-
-/// Query parameter names that name a credential (compared in lower case,
-/// `-` read as `_`). Exact names, not parts of names: `max_tokens` and
-/// `page_token` are everyday parameters that carry none.
-const CREDENTIAL_PARAMS: [&str; 17] = [
-    "access_token",
-    "refresh_token",
-    "id_token",
-    "auth_token",
-    "token",
-    "api_key",
-    "apikey",
-    "x_api_key",
-    "key",
-    "secret",
-    "client_secret",
-    "password",
-    "passwd",
-    "auth",
-    "authorization",
-    "credential",
-    "credentials",
-];
-
-/// Refuse (400, `query_credential`) a query with a parameter named like a
-/// credential (`?access_token=…`). Refused rather than dropped: dropping
-/// would silently change the request the caller sent, and refusing tells
-/// the caller why (its token belongs in `Authorization`, the upstream's is
-/// tessera's to inject). Names are percent-decoded (`%74oken`) and `+` is
-/// a space, as a form parser reads them.
-pub fn refuse_credential_query(query: Option<&str>) -> Result<(), ProxyError> {
-    let Some(q) = query else { return Ok(()) };
-    for pair in q.split(['&', ';']) {
-        let name = pair.split('=').next().unwrap_or("");
-        let name: String = url::form_urlencoded::parse(name.as_bytes())
-            .next()
-            .map(|(k, _)| k.into_owned())
-            .unwrap_or_default();
-        let name = name.trim().to_ascii_lowercase().replace('-', "_");
-        if CREDENTIAL_PARAMS.contains(&name.as_str()) {
-            return Err(ProxyError::QueryCredential);
-        }
-    }
-    Ok(())
 }
 
 /// Strip the caller's credentials (and every header whose name names one),
@@ -190,6 +149,105 @@ pub fn upstream_request(
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     req
+}
+
+/// Send on the pooled client within the upstream timeout. `credential` and
+/// the host name the upstream in an error (copied only then).
+pub(crate) async fn send(
+    state: &State,
+    req: Request<Bytes>,
+    credential: &str,
+) -> Result<Response<crate::proxy::forward::UpstreamBody>, ProxyError> {
+    // A reference-counted copy, not an allocation.
+    let authority = req.uri().authority().cloned();
+    let sent = Instant::now();
+    // Pooled per credential: a connection that carried this credential
+    // never carries another's requests.
+    let sending = state.client.send(req, credential);
+    let resp = tokio::time::timeout(state.config.upstream_timeout, sending).await;
+    state.metrics.upstream_latency(sent.elapsed());
+    let credential = || credential.to_string();
+    match resp {
+        Ok(Ok(resp)) => Ok(resp),
+        Err(_) => Err(ProxyError::UpstreamTimeout {
+            credential: credential(),
+        }),
+        Ok(Err(SendError::Connect(e))) => {
+            if let Some(refused) = crate::upstream::egress::refusal_in(&*e) {
+                let credential = credential();
+                tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
+                return Err(ProxyError::UpstreamForbidden { credential });
+            }
+            if let Some(tls) = crate::upstream::pool::tls_failure(&*e) {
+                return Err(ProxyError::UpstreamTls {
+                    credential: credential(),
+                    host: authority.as_ref().map_or("", |a| a.host()).to_string(),
+                    why: tls.to_string(),
+                });
+            }
+            Err(ProxyError::UpstreamUnreachable {
+                credential: credential(),
+            })
+        }
+        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol {
+            credential: credential(),
+        }),
+    }
+}
+
+/// Send with an OAuth credential's current token; on a 401, refresh the
+/// token (unless another request already did) and send once more.
+pub(crate) async fn send_oauth(
+    state: &State,
+    source: &crate::credentials::oauth::OAuthSource,
+    credential: &str,
+    parts: http::request::Parts,
+    (uri, forwarded): (http::Uri, Option<crate::proxy::forward::Forwarded>),
+    body: Bytes,
+) -> Result<
+    (
+        Response<crate::proxy::forward::UpstreamBody>,
+        Arc<crate::redact::Redactor>,
+    ),
+    ProxyError,
+> {
+    let cx = state.oauth_context();
+    let no_token = |error: crate::credentials::oauth::TokenError| {
+        // What the token endpoint said beyond a standard code goes to the
+        // log only, redacted (`TokenError::detail`).
+        tracing::warn!(credential, error = %error, detail = error.detail(), "no OAuth token");
+        ProxyError::TokenEndpoint {
+            credential: credential.to_string(),
+            error,
+        }
+    };
+    let token = source.current(&cx).await.map_err(no_token)?;
+    let first = upstream_request(
+        parts.method.clone(),
+        uri.clone(),
+        parts.headers.clone(),
+        &token.injection,
+        body.clone(),
+        state.config.allow_range,
+        forwarded,
+    );
+    let resp = send(state, first, credential).await?;
+    if resp.status() != http::StatusCode::UNAUTHORIZED {
+        return Ok((resp, token.injection.redactor.clone()));
+    }
+    drop(resp);
+    let token = source.refresh(&cx, Some(&token)).await.map_err(no_token)?;
+    let again = upstream_request(
+        parts.method,
+        uri,
+        parts.headers,
+        &token.injection,
+        body,
+        state.config.allow_range,
+        forwarded,
+    );
+    let resp = send(state, again, credential).await?;
+    Ok((resp, token.injection.redactor.clone()))
 }
 
 #[cfg(test)]
@@ -381,39 +439,6 @@ mod tests {
             },
         );
         assert_eq!(h["forwarded"], "for=\"[2001:db8::1]\";proto=http");
-    }
-
-    #[test]
-    fn credential_query_parameters_are_refused() {
-        for q in [
-            "access_token=x",
-            "a=1&TOKEN=x",
-            "api-key=x",
-            "apikey",
-            "Key=1",
-            "secret=",
-            "password=p",
-            "client_secret=c",
-            "auth=1",
-            "%74oken=x",
-            "a=1;token=x",
-        ] {
-            assert!(
-                matches!(
-                    refuse_credential_query(Some(q)),
-                    Err(ProxyError::QueryCredential)
-                ),
-                "{q}"
-            );
-        }
-        for q in [
-            None,
-            Some(""),
-            Some("a=token&b=secret"),
-            Some("max_tokens=5&page_token=x&keyword=k&author=a&sessionId=s"),
-        ] {
-            assert!(refuse_credential_query(q).is_ok(), "{q:?}");
-        }
     }
 
     #[test]

@@ -15,14 +15,14 @@ pub mod raw_head;
 pub mod response;
 pub mod route;
 pub mod session;
+pub mod shape;
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use bytes::Bytes;
 use compact_str::CompactString;
-use http::{header, HeaderMap, HeaderName, Request, Response};
-use http_body_util::{BodyExt, Limited};
+use http::{header, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::authz::approvals::{self, arguments_digest, Held, Settled};
@@ -31,10 +31,10 @@ use crate::crypto::tokens::sha256_hex;
 use crate::limits::Refusal;
 use crate::model::Auth;
 use crate::proxy::authn::{authenticate, connection_for};
-use crate::proxy::body::{Metered, ProxyBody};
 use crate::proxy::error::{ProxyError, TooMany};
-use crate::proxy::forward::{upstream_request, upstream_uri, SendError};
+use crate::proxy::forward::{upstream_request, upstream_uri};
 use crate::proxy::jsonrpc::peek;
+use crate::proxy::response::body::{Metered, ProxyBody};
 use crate::proxy::response::headers::{
     credential_rejected, filter_response_headers, host_is_tessera, keep_locations_within_upstream,
 };
@@ -190,7 +190,7 @@ async fn proxy(
 
     // The request's shape before anything else: no lookup is spent on an
     // oversized or ambiguous request.
-    check_shape(&parts, limits)?;
+    crate::proxy::shape::check_shape(&parts, limits)?;
 
     // Route first: a wrong method or a path that is not an address is
     // refused before anything is loaded. So is a sub-path a server could
@@ -201,7 +201,7 @@ async fn proxy(
     // the route outlives the request's parts moving on to the upstream.
     let target = parts.uri.clone();
     let r = route(&parts.method, target.path())?;
-    crate::proxy::forward::refuse_credential_query(parts.uri.query())?;
+    crate::proxy::shape::refuse_credential_query(parts.uri.query())?;
 
     // Origin and Host before authentication: a DNS-rebound browser request
     // is refused whatever credentials it carries.
@@ -253,7 +253,7 @@ async fn proxy(
     // reserved from the body memory of all requests until this returns.
     let (body, _body_memory) = tokio::time::timeout(
         limits.body_timeout,
-        read_bounded(
+        crate::proxy::body::read_bounded(
             &parts.headers,
             body,
             state.config.max_body_bytes,
@@ -369,12 +369,12 @@ async fn proxy(
                 forwarded,
             );
             (
-                send(state, up_req, &upstream.credential).await?,
+                crate::proxy::forward::send(state, up_req, &upstream.credential).await?,
                 inj.redactor.clone(),
             )
         }
         Auth::OAuth(source) => {
-            let sent = send_oauth(
+            let sent = crate::proxy::forward::send_oauth(
                 state,
                 source,
                 &upstream.credential,
@@ -402,7 +402,7 @@ async fn proxy(
     // header filter: a `Connection: content-encoding` would have it drop
     // the coding's name and pass the coded bytes on unread (found by the
     // attack review).
-    let codings = undo_codings(&mut parts).map_err(|e| {
+    let codings = crate::proxy::response::undo_codings(&mut parts).map_err(|e| {
         tracing::warn!(credential = %upstream.credential, error = %e, "an upstream answer tessera cannot decode");
         ProxyError::UpstreamEncoding {
             credential: credential(),
@@ -505,181 +505,6 @@ async fn proxy(
         }
     };
     Ok(Response::from_parts(parts, body))
-}
-
-/// The content codings of an upstream answer, to be undone (in that
-/// order), with the headers that described the coded bytes removed: the
-/// caller gets the answer uncoded. A slice of a coded answer (206) cannot
-/// be decoded alone, so it is refused like an unknown coding.
-fn undo_codings(
-    parts: &mut http::response::Parts,
-) -> Result<Vec<crate::wire::decode::Coding>, crate::wire::decode::DecodeError> {
-    let codings = crate::wire::decode::codings(&parts.headers)?;
-    parts.headers.remove(header::CONTENT_ENCODING);
-    if codings.is_empty() {
-        return Ok(codings);
-    }
-    if parts.status == http::StatusCode::PARTIAL_CONTENT
-        || parts.headers.contains_key(header::CONTENT_RANGE)
-    {
-        return Err(crate::wire::decode::DecodeError::Unsupported(
-            "a coded byte range".into(),
-        ));
-    }
-    // The length, the entity tag and any digest were of the coded bytes.
-    for h in [
-        header::CONTENT_LENGTH,
-        header::ETAG,
-        HeaderName::from_static("content-md5"),
-        HeaderName::from_static("digest"),
-        HeaderName::from_static("content-digest"),
-        HeaderName::from_static("repr-digest"),
-    ] {
-        parts.headers.remove(h);
-    }
-    Ok(codings)
-}
-
-/// Refuse a request whose target or headers are over the limits. hyper
-/// already refused what cannot be parsed (CR, LF or NUL in a value, a bad
-/// request line).
-fn check_shape(
-    parts: &http::request::Parts,
-    limits: &crate::config::RequestLimits,
-) -> Result<(), ProxyError> {
-    let target = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
-    if target > limits.max_uri_bytes {
-        return Err(ProxyError::UriTooLong(limits.max_uri_bytes));
-    }
-    let h = &parts.headers;
-    let bytes: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
-    if h.len() > limits.max_headers || bytes > limits.max_header_bytes {
-        return Err(ProxyError::HeadersTooLarge(
-            limits.max_headers,
-            limits.max_header_bytes,
-        ));
-    }
-    // Framing needs no check here: a head with two lengths, or a length
-    // and Transfer-Encoding, was refused before hyper parsed it
-    // (`raw_head`), and tessera frames what it forwards with its own
-    // Content-Length (tests/it/hostile.rs).
-    //
-    // A GET or DELETE body is never inspected (only a POST's is), and many
-    // servers answer a GET without reading its body: on a kept-alive
-    // upstream connection the unread body is then parsed as the next
-    // request, unauthorized and carrying the stored credential. MCP gives
-    // neither method a body, so one is refused before it is read.
-    if matches!(parts.method, http::Method::GET | http::Method::DELETE) {
-        let length = h
-            .get(header::CONTENT_LENGTH)
-            .map(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()));
-        let empty = matches!(length, None | Some(Some(0)));
-        if !empty || h.contains_key(header::TRANSFER_ENCODING) {
-            return Err(ProxyError::InvalidRequest(
-                "a GET or DELETE request may not carry a body",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Send on the pooled client within the upstream timeout. `credential` and
-/// the host name the upstream in an error (copied only then).
-async fn send(
-    state: &State,
-    req: Request<Bytes>,
-    credential: &str,
-) -> Result<Response<crate::proxy::forward::UpstreamBody>, ProxyError> {
-    // A reference-counted copy, not an allocation.
-    let authority = req.uri().authority().cloned();
-    let sent = Instant::now();
-    // Pooled per credential: a connection that carried this credential
-    // never carries another's requests.
-    let sending = state.client.send(req, credential);
-    let resp = tokio::time::timeout(state.config.upstream_timeout, sending).await;
-    state.metrics.upstream_latency(sent.elapsed());
-    let credential = || credential.to_string();
-    match resp {
-        Ok(Ok(resp)) => Ok(resp),
-        Err(_) => Err(ProxyError::UpstreamTimeout {
-            credential: credential(),
-        }),
-        Ok(Err(SendError::Connect(e))) => {
-            if let Some(refused) = crate::upstream::egress::refusal_in(&*e) {
-                let credential = credential();
-                tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
-                return Err(ProxyError::UpstreamForbidden { credential });
-            }
-            if let Some(tls) = crate::upstream::pool::tls_failure(&*e) {
-                return Err(ProxyError::UpstreamTls {
-                    credential: credential(),
-                    host: authority.as_ref().map_or("", |a| a.host()).to_string(),
-                    why: tls.to_string(),
-                });
-            }
-            Err(ProxyError::UpstreamUnreachable {
-                credential: credential(),
-            })
-        }
-        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol {
-            credential: credential(),
-        }),
-    }
-}
-
-/// Send with an OAuth credential's current token; on a 401, refresh the
-/// token (unless another request already did) and send once more.
-async fn send_oauth(
-    state: &State,
-    source: &crate::credentials::oauth::OAuthSource,
-    credential: &str,
-    parts: http::request::Parts,
-    (uri, forwarded): (http::Uri, Option<crate::proxy::forward::Forwarded>),
-    body: Bytes,
-) -> Result<
-    (
-        Response<crate::proxy::forward::UpstreamBody>,
-        Arc<crate::redact::Redactor>,
-    ),
-    ProxyError,
-> {
-    let cx = state.oauth_context();
-    let no_token = |error: crate::credentials::oauth::TokenError| {
-        // What the token endpoint said beyond a standard code goes to the
-        // log only, redacted (`TokenError::detail`).
-        tracing::warn!(credential, error = %error, detail = error.detail(), "no OAuth token");
-        ProxyError::TokenEndpoint {
-            credential: credential.to_string(),
-            error,
-        }
-    };
-    let token = source.current(&cx).await.map_err(no_token)?;
-    let first = upstream_request(
-        parts.method.clone(),
-        uri.clone(),
-        parts.headers.clone(),
-        &token.injection,
-        body.clone(),
-        state.config.allow_range,
-        forwarded,
-    );
-    let resp = send(state, first, credential).await?;
-    if resp.status() != http::StatusCode::UNAUTHORIZED {
-        return Ok((resp, token.injection.redactor.clone()));
-    }
-    drop(resp);
-    let token = source.refresh(&cx, Some(&token)).await.map_err(no_token)?;
-    let again = upstream_request(
-        parts.method,
-        uri,
-        parts.headers,
-        &token.injection,
-        body,
-        state.config.allow_range,
-        forwarded,
-    );
-    let resp = send(state, again, credential).await?;
-    Ok((resp, token.injection.redactor.clone()))
 }
 
 /// The verdict on a request: [`crate::authz::decide::verdict`] with this
@@ -892,54 +717,4 @@ async fn enforce(
             ))
         }
     })
-}
-
-/// Read a request body up to `max` bytes: a declared `Content-Length` over
-/// the limit is refused before reading; a body that grows past it is
-/// refused when it does. Its bytes are reserved from `memory` (a declared
-/// length before reading, a chunked body's bytes as they arrive); over
-/// the budget, 503 and the rest is not read.
-async fn read_bounded<'m>(
-    headers: &HeaderMap,
-    body: Incoming,
-    max: usize,
-    memory: &'m crate::limits::capacity::BodyMemory,
-) -> Result<(Bytes, crate::limits::capacity::Held<'m>), ProxyError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(ProxyError::PayloadTooLarge(max));
-    }
-    let mut held = memory
-        .reserve(declared.map_or(0, |n| n as usize))
-        .ok_or(ProxyError::BodyMemory)?;
-    let mut body = Limited::new(body, max);
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut read = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                ProxyError::PayloadTooLarge(max)
-            } else {
-                ProxyError::RequestBody
-            }
-        })?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        read += data.len();
-        if read > held.bytes() && !held.grow(read - held.bytes()) {
-            return Err(ProxyError::BodyMemory);
-        }
-        chunks.push(data);
-    }
-    // One chunk is passed on as it is; several are joined once.
-    let bytes = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().unwrap_or_default(),
-        _ => chunks.concat().into(),
-    };
-    Ok((bytes, held))
 }

@@ -1,4 +1,4 @@
-//! Wall-clock time as the store records it.
+//! Wall-clock time as records carry it (approvals, grants, admin actions).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1362,7 +1362,7 @@ mod tests {
             vec![Coding::Gzip],
             http_body_util::Full::new(Bytes::from(gzip(&text()))),
         );
-        let boxed: crate::proxy::body::ProxyBody = body.boxed();
+        let boxed: crate::proxy::response::body::ProxyBody = body.boxed();
         let out = boxed.collect().now_or_never().unwrap().unwrap();
         assert_eq!(out.to_bytes(), text());
     }

@@ -269,7 +269,7 @@ async fn upstream_redirects_are_not_followed() {
         .unwrap();
     assert_eq!(r.status(), 302);
     // A Location to another origin than the upstream's is dropped
-    // (`filter::keep_locations_within_upstream`): tessera would not send
+    // (`proxy::response::headers::keep_locations_within_upstream`): tessera would not send
     // the agent where neither the admin nor the agent chose.
     assert!(r.headers().get("location").is_none(), "{:?}", r.headers());
     // tessera made exactly one upstream request: it did not chase the

@@ -41,7 +41,7 @@ use crate::authz::canonical::fold_eq;
 use crate::authz::cedar::CedarAuthorizer;
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::model::Caller;
-use crate::proxy::body::{full, ProxyBody};
+use crate::proxy::response::body::{full, ProxyBody};
 use crate::snapshot::Snapshot;
 use crate::wire::BoxError;
 
