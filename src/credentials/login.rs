@@ -13,20 +13,25 @@
 //!
 //! Each step reports progress; a failure names its step and why. No token
 //! or secret is ever printed.
+//!
+//! Steps 1 to 3 are hand-written: the `oauth2` crate does no discovery or
+//! registration. Steps 4 and 5 (the authorization URL, PKCE, `state`, the
+//! code exchange) are the crate's, its requests sent on tessera's own
+//! client as a token refresh's are ([`OAuthHttp`]).
 
 use std::time::Duration;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::Full;
-use rand::RngCore;
+use oauth2::{
+    AuthUrl, AuthorizationCode, ClientSecret, CsrfToken, PkceCodeChallenge, PkceCodeVerifier,
+    RedirectUrl, RequestTokenError, Scope, TokenResponse, TokenUrl,
+};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use url::Url;
 
-use crate::credentials::oauth::{Grant, OAuthConfig, OAuthSecrets};
+use crate::credentials::oauth::{oauth_client, Grant, OAuthConfig, OAuthHttp, OAuthSecrets};
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 use crate::store::model::NewCredential;
 use crate::store::model::Sealed;
@@ -84,15 +89,6 @@ struct ServerMetadata {
 struct Registered {
     client_id: String,
     client_secret: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Tokens {
-    access_token: Option<String>,
-    refresh_token: Option<String>,
-    expires_in: Option<f64>,
-    error: Option<String>,
-    error_description: Option<String>,
 }
 
 /// One HTTP exchange: status, headers, body (bounded). `pool_key` keeps
@@ -256,19 +252,10 @@ async fn server_metadata(
     Err(format!("no metadata at {}", tried.join(", ")))
 }
 
-/// A PKCE verifier and its S256 challenge.
-fn pkce() -> (String, String) {
-    let mut b = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    let verifier = URL_SAFE_NO_PAD.encode(b);
-    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+/// A PKCE verifier (32 random bytes, base64url) and its S256 challenge.
+fn pkce() -> (PkceCodeVerifier, PkceCodeChallenge) {
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     (verifier, challenge)
-}
-
-fn random_state() -> String {
-    let mut b = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    URL_SAFE_NO_PAD.encode(b)
 }
 
 /// The loopback redirect: the first `/callback` request's query.
@@ -435,22 +422,25 @@ pub async fn login(
         spec.scopes
     };
     let (verifier, challenge) = pkce();
-    let state = random_state();
     let resource = spec.upstream.as_str().to_string();
-    let mut url = authorize_url.clone();
-    {
-        let mut q = url.query_pairs_mut();
-        q.append_pair("response_type", "code")
-            .append_pair("client_id", &client_id)
-            .append_pair("redirect_uri", &redirect)
-            .append_pair("state", &state)
-            .append_pair("code_challenge", &challenge)
-            .append_pair("code_challenge_method", "S256")
-            .append_pair("resource", &resource);
-        if !scopes.is_empty() {
-            q.append_pair("scope", &scopes.join(" "));
-        }
-    }
+    let redirect_url =
+        RedirectUrl::new(redirect).map_err(|e| step4(format!("the redirect URI: {e}")))?;
+    let oauth = oauth_client(
+        &client_id,
+        client_secret
+            .as_ref()
+            .map(|s| ClientSecret::new(s.expose_secret().to_string())),
+    )
+    .set_auth_uri(AuthUrl::from_url(authorize_url))
+    .set_token_uri(TokenUrl::from_url(token_url.clone()))
+    .set_redirect_uri(redirect_url);
+    // `state`: 16 random bytes, base64url.
+    let (url, state) = oauth
+        .authorize_url(CsrfToken::new_random)
+        .set_pkce_challenge(challenge)
+        .add_extra_param("resource", &resource)
+        .add_scopes(scopes.iter().cloned().map(Scope::new))
+        .url();
     say("4/5 open this URL in a browser and authorize tessera:");
     say(url.as_str());
     let q = wait_for_callback(listener, spec.wait)
@@ -463,7 +453,7 @@ pub async fn login(
             .unwrap_or_default();
         return Err(step4(format!("the authorization server answered {e}{d}")));
     }
-    if get("state") != Some(state.as_str()) {
+    if get("state") != Some(state.secret().as_str()) {
         return Err(step4(
             "the redirect's state does not match: not the request tessera made".into(),
         ));
@@ -472,52 +462,52 @@ pub async fn login(
 
     let step5 = fail("step 5 (token exchange)");
     say(&format!("5/5 exchanging the code at {token_url}"));
-    let mut form = url::form_urlencoded::Serializer::new(String::new());
-    form.append_pair("grant_type", "authorization_code")
-        .append_pair("code", code)
-        .append_pair("redirect_uri", &redirect)
-        .append_pair("code_verifier", &verifier)
-        .append_pair("resource", &resource);
-    let mut headers = vec![(header::ACCEPT, "application/json".to_string())];
-    match &client_secret {
-        Some(s) => {
-            let enc =
-                |v: &str| url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>();
-            let basic = base64::engine::general_purpose::STANDARD.encode(format!(
-                "{}:{}",
-                enc(&client_id),
-                enc(s.expose_secret())
-            ));
-            headers.push((header::AUTHORIZATION, format!("Basic {basic}")));
+    let http = OAuthHttp::new(client, pool_key, MAX_DOC);
+    let exchange = oauth
+        .exchange_code(AuthorizationCode::new(code.to_string()))
+        .set_pkce_verifier(verifier)
+        .add_extra_param("resource", &resource)
+        .request_async(&http);
+    let answered = tokio::time::timeout(EXCHANGE_TIMEOUT, exchange)
+        .await
+        .map_err(|_| {
+            step5(format!(
+                "{token_url}: no answer within {} s",
+                EXCHANGE_TIMEOUT.as_secs()
+            ))
+        })?;
+    let status = http.status().map_or(0, |s| s.as_u16());
+    let refused = |e: &str, d: Option<&str>| {
+        let d = d.map(|d| format!(" ({d})")).unwrap_or_default();
+        step5(format!("the server refused: {e}{d}"))
+    };
+    let t = answered.map_err(|e| match e {
+        RequestTokenError::Request(e) => step5(format!("{token_url}: {e}")),
+        RequestTokenError::ServerResponse(r) => refused(
+            r.error().as_ref(),
+            r.error_description().map(String::as_str),
+        ),
+        // Never sent: the crate could not make a request of the URL.
+        RequestTokenError::Other(_) if status == 0 => step5(format!("{token_url} is not a URI")),
+        // An error status with JSON that is no OAuth error.
+        RequestTokenError::Parse(_, body)
+            if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() =>
+        {
+            step5(format!("HTTP {status}: no access_token"))
         }
-        None => {
-            form.append_pair("client_id", &client_id);
+        RequestTokenError::Parse(..) | RequestTokenError::Other(_) => {
+            step5(format!("HTTP {status}: not a token response"))
         }
+    })?;
+    if let Some((e, d)) = t.refusal() {
+        return Err(refused(e, d));
     }
-    let (status, _, bytes) = exchange(
-        client,
-        pool_key,
-        Method::POST,
-        &token_url,
-        &headers,
-        Some(("application/x-www-form-urlencoded", form.finish())),
-    )
-    .await
-    .map_err(&step5)?;
-    let t: Tokens = serde_json::from_slice(&bytes)
-        .map_err(|_| step5(format!("HTTP {}: not a token response", status.as_u16())))?;
-    if let Some(e) = t.error {
-        let d = t
-            .error_description
-            .map(|d| format!(" ({d})"))
-            .unwrap_or_default();
-        return Err(step5(format!("the server refused: {e}{d}")));
+    let access = t.access_token().secret();
+    if access.is_empty() {
+        return Err(step5(format!("HTTP {status}: no access_token")));
     }
-    let access = t
-        .access_token
-        .filter(|a| !a.is_empty() && status.is_success())
-        .ok_or_else(|| step5(format!("HTTP {}: no access_token", status.as_u16())))?;
-    if t.refresh_token.is_none() {
+    let refresh_token = t.refresh_token().map(|r| r.secret().clone());
+    if refresh_token.is_none() {
         say("note: the server issued no refresh token; log in again when the access token expires");
     }
 
@@ -532,7 +522,7 @@ pub async fn login(
     };
     let secrets = OAuthSecrets {
         client_secret: client_secret.map(|s| s.expose_secret().to_string()),
-        refresh_token: t.refresh_token,
+        refresh_token,
     };
     let config_json = serde_json::to_string(&config).expect("settings serialize");
     store
@@ -548,12 +538,11 @@ pub async fn login(
         .await
         .map_err(|e| store_step(e.to_string()))?;
     let expires_at = t
-        .expires_in
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| crate::telemetry::time::now_ms() + (s.min(1e9) * 1000.0) as i64);
+        .expires_in()
+        .map(|d| crate::telemetry::time::now_ms() + d.as_millis() as i64);
     let sealed = key.seal(
         &Sealed::OAuthToken.aad(&spec.name),
-        &SecretString::from(access),
+        &SecretString::from(access.clone()),
     );
     store
         .put_oauth_token(&spec.name, &sealed, expires_at, None)
@@ -569,6 +558,9 @@ pub async fn login(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn reads_the_resource_metadata_hint() {
@@ -605,8 +597,10 @@ mod tests {
     #[test]
     fn pkce_is_s256_of_the_verifier() {
         let (v, c) = pkce();
+        assert_eq!(c.method().as_str(), "S256");
+        let (v, c) = (v.secret(), c.as_str());
         assert_eq!(v.len(), 43);
         assert_eq!(c, URL_SAFE_NO_PAD.encode(Sha256::digest(v.as_bytes())));
-        assert_ne!(pkce().0, v);
+        assert_ne!(pkce().0.secret(), v);
     }
 }

@@ -14,7 +14,15 @@
 //! Token endpoint failures become a 502 naming the credential and the
 //! OAuth error code; the client secret, refresh token and access token
 //! never appear in an error, a log line or a response.
+//!
+//! The token request itself (the grant's form, the client's
+//! authentication, RFC 6749 error responses) is the `oauth2` crate's, sent
+//! through [`OAuthHttp`] on tessera's own client so the egress rule holds
+//! for it. What tessera reads in an answer is its own: [`TokenAnswer`].
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,8 +30,15 @@ use arc_swap::ArcSwapOption;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Uri};
-use serde::{Deserialize, Serialize};
+use http::{header, HeaderValue, Request, StatusCode, Uri};
+use oauth2::basic::{
+    BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse,
+};
+use oauth2::{
+    AccessToken, AuthType, ClientId, ClientSecret, EndpointNotSet, RefreshToken, RequestTokenError,
+    Scope, StandardRevocableToken, TokenResponse, TokenUrl,
+};
+use serde::{Deserialize, Deserializer, Serialize};
 use url::Url;
 
 use crate::credentials::{injection, Injection};
@@ -282,7 +297,10 @@ impl OAuthSource {
         }
     }
 
-    /// The client's HTTP basic credentials as sent to the token endpoint.
+    /// The client's HTTP basic credentials as sent to the token endpoint,
+    /// for the redactor: the `oauth2` crate sends them encoded this way
+    /// (RFC 6749 §2.3.1: each form-urlencoded, then joined and base64ed),
+    /// and a test below holds the two together.
     fn basic_value(&self) -> Option<(SecretString, SecretString)> {
         let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
         let secret = s.client_secret.as_deref()?;
@@ -464,138 +482,290 @@ impl OAuthSource {
         &self,
         client: &UpstreamClient,
     ) -> Result<(SecretString, Option<SystemTime>, bool), TokenError> {
-        let (body, basic) = {
+        let (client_secret, refresh_token) = {
             let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
-            let mut form = url::form_urlencoded::Serializer::new(String::new());
-            match self.config.grant {
-                Grant::ClientCredentials => {
-                    form.append_pair("grant_type", "client_credentials");
-                }
-                Grant::RefreshToken => {
-                    let rt = s
-                        .refresh_token
-                        .as_deref()
-                        .ok_or(TokenError::Missing("refresh token"))?;
-                    form.append_pair("grant_type", "refresh_token");
-                    form.append_pair("refresh_token", rt);
-                }
-            }
-            if !self.config.scopes.is_empty() {
-                form.append_pair("scope", &self.config.scopes.join(" "));
-            }
-            if let Some(a) = &self.config.audience {
-                form.append_pair("audience", a);
-            }
-            if let Some(r) = &self.config.resource {
-                form.append_pair("resource", r);
-            }
-            // A confidential client authenticates with HTTP Basic (RFC 6749
-            // §2.3.1); a public one names itself in the body.
-            if s.client_secret.is_none() {
-                form.append_pair("client_id", &self.config.client_id);
-            }
-            let basic = s.client_secret.is_some();
-            if !basic && self.config.grant == Grant::ClientCredentials {
-                return Err(TokenError::Missing("client secret"));
-            }
-            (SecretString::from(form.finish()), basic)
+            (s.client_secret.clone(), s.refresh_token.clone())
         };
-        let basic = if basic {
-            self.basic_value().map(|(_, b)| b)
-        } else {
-            None
+        let refresh_token = match self.config.grant {
+            Grant::ClientCredentials => None,
+            Grant::RefreshToken => Some(RefreshToken::new(
+                refresh_token.ok_or(TokenError::Missing("refresh token"))?,
+            )),
         };
-        let uri: Uri = self
+        if client_secret.is_none() && self.config.grant == Grant::ClientCredentials {
+            return Err(TokenError::Missing("client secret"));
+        }
+        let _: Uri = self
             .config
             .token_url
             .as_str()
             .parse()
             .map_err(|_| TokenError::Unreachable("the token URL is not a URI".into()))?;
-        let mut req = Request::new(Bytes::from(body.expose_secret().to_string()));
-        *req.method_mut() = Method::POST;
-        let h = req.headers_mut();
-        if let Some(host) = uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        {
-            h.insert(header::HOST, host);
-        }
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/x-www-form-urlencoded"),
-        );
-        h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(b) = basic {
-            let mut v = HeaderValue::from_str(&format!("Basic {}", b.expose_secret()))
-                .map_err(|_| TokenError::Missing("usable client secret"))?;
-            v.set_sensitive(true);
-            h.insert(header::AUTHORIZATION, v);
-        }
-        *req.uri_mut() = uri;
+        let oauth = oauth_client(&self.config.client_id, client_secret.map(ClientSecret::new))
+            .set_token_uri(TokenUrl::from_url(self.config.token_url.clone()));
+        let scopes = self.config.scopes.iter().cloned().map(Scope::new);
+        // `audience` (Auth0 and kin) and `resource` (RFC 8707) are no part
+        // of RFC 6749: extra form parameters.
+        let extra: Vec<(&str, &str)> = [
+            ("audience", self.config.audience.as_deref()),
+            ("resource", self.config.resource.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
         // A pool of its own: these connections carry the client secret.
         let pool_key = format!("oauth:{}", self.credential);
-        let answer = client
-            .exchange(req, &pool_key, MAX_TOKEN_RESPONSE)
-            .await
-            .map_err(|e| match e {
-                ExchangeError::Send(SendError::Connect(_)) => {
-                    TokenError::Unreachable("could not connect".into())
+        let http = OAuthHttp::new(client, &pool_key, MAX_TOKEN_RESPONSE);
+        let answered = match &refresh_token {
+            None => {
+                let mut r = oauth.exchange_client_credentials().add_scopes(scopes);
+                for (k, v) in extra {
+                    r = r.add_extra_param(k, v);
                 }
-                ExchangeError::Send(SendError::Http(_)) => {
-                    TokenError::Unreachable("the HTTP exchange broke".into())
+                r.request_async(&http).await
+            }
+            Some(rt) => {
+                let mut r = oauth.exchange_refresh_token(rt).add_scopes(scopes);
+                for (k, v) in extra {
+                    r = r.add_extra_param(k, v);
                 }
-                ExchangeError::Body(_) => TokenError::BadResponse("unreadable or too large"),
-            })?;
-        let (status, bytes) = (answer.status, answer.body);
-        #[derive(Deserialize)]
-        struct Answer {
-            access_token: Option<String>,
-            token_type: Option<String>,
-            expires_in: Option<f64>,
-            refresh_token: Option<String>,
-            error: Option<String>,
-            error_description: Option<String>,
+                r.request_async(&http).await
+            }
+        };
+        let a = answered.map_err(|e| self.token_error(e, http.status()))?;
+        if let Some((code, description)) = a.refusal() {
+            return Err(TokenError::refused(code, description, &self.guard()));
         }
-        let a: Option<Answer> = serde_json::from_slice(&bytes).ok();
-        if !status.is_success() {
-            return Err(
-                match a.and_then(|a| a.error.map(|e| (e, a.error_description))) {
-                    Some((code, description)) => {
-                        TokenError::refused(&code, description.as_deref(), &self.guard())
-                    }
-                    None => TokenError::Status(status.as_u16()),
-                },
-            );
+        let token = a.access_token().secret();
+        if token.is_empty() {
+            return Err(TokenError::BadResponse("no access_token"));
         }
-        let a = a.ok_or(TokenError::BadResponse("not JSON"))?;
-        if let Some(code) = a.error {
-            let description = a.error_description.as_deref();
-            return Err(TokenError::refused(&code, description, &self.guard()));
-        }
-        let token = a
-            .access_token
-            .filter(|t| !t.is_empty())
-            .ok_or(TokenError::BadResponse("no access_token"))?;
-        if a.token_type
+        if a.token_type()
+            .0
             .as_deref()
             .is_some_and(|t| !t.eq_ignore_ascii_case("bearer"))
         {
             return Err(TokenError::BadResponse("the token_type is not Bearer"));
         }
-        let expires_at = a
-            .expires_in
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| SystemTime::now() + Duration::from_secs_f64(s.min(1e9)));
-        let rotated = match a.refresh_token {
+        let expires_at = a.expires_in().map(|d| SystemTime::now() + d);
+        let rotated = match a.refresh_token() {
             Some(new) if self.config.grant == Grant::RefreshToken => {
+                let new = new.secret();
                 let mut s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
                 let changed = s.refresh_token.as_deref() != Some(new.as_str());
-                s.refresh_token = Some(new);
+                s.refresh_token = Some(new.clone());
                 changed
             }
             _ => false,
         };
-        Ok((SecretString::from(token), expires_at, rotated))
+        Ok((SecretString::from(token.clone()), expires_at, rotated))
+    }
+
+    /// A failed token request as a [`TokenError`]. `status`: what the
+    /// endpoint answered, if it did.
+    fn token_error(
+        &self,
+        e: RequestTokenError<ExchangeError, BasicErrorResponse>,
+        status: Option<StatusCode>,
+    ) -> TokenError {
+        match e {
+            RequestTokenError::Request(ExchangeError::Send(SendError::Connect(_))) => {
+                TokenError::Unreachable("could not connect".into())
+            }
+            RequestTokenError::Request(ExchangeError::Send(SendError::Http(_))) => {
+                TokenError::Unreachable("the HTTP exchange broke".into())
+            }
+            RequestTokenError::Request(ExchangeError::Body(_)) => {
+                TokenError::BadResponse("unreadable or too large")
+            }
+            // An RFC 6749 §5.2 error response.
+            RequestTokenError::ServerResponse(r) => TokenError::refused(
+                r.error().as_ref(),
+                r.error_description().map(String::as_str),
+                &self.guard(),
+            ),
+            // No JSON the crate could read: on an error status, that status;
+            // on a success, no token response. Without a status the request
+            // was never sent: the crate could not make one of the URL.
+            RequestTokenError::Parse(..) | RequestTokenError::Other(_) => match status {
+                Some(s) if !s.is_success() => TokenError::Status(s.as_u16()),
+                Some(_) => TokenError::BadResponse("not JSON"),
+                None => TokenError::Unreachable("the token URL is not a URI".into()),
+            },
+        }
+    }
+}
+
+/// The `oauth2` crate's client for tessera's token requests: errors read
+/// as RFC 6749's, answers as [`TokenAnswer`]. Introspection and revocation
+/// are not used; their types are the crate's basic ones.
+pub(crate) type OAuthClient<HasAuthUrl = EndpointNotSet, HasTokenUrl = EndpointNotSet> =
+    oauth2::Client<
+        BasicErrorResponse,
+        TokenAnswer,
+        BasicTokenIntrospectionResponse,
+        StandardRevocableToken,
+        BasicRevocationErrorResponse,
+        HasAuthUrl,
+        EndpointNotSet,
+        EndpointNotSet,
+        EndpointNotSet,
+        HasTokenUrl,
+    >;
+
+/// A client `client_id`, confidential when it has a secret. A confidential
+/// client authenticates with HTTP Basic (RFC 6749 §2.3.1); a public one
+/// names itself in the body (what the crate's `BasicAuth` does without a
+/// secret).
+pub(crate) fn oauth_client(client_id: &str, secret: Option<ClientSecret>) -> OAuthClient {
+    let client =
+        OAuthClient::new(ClientId::new(client_id.to_string())).set_auth_type(AuthType::BasicAuth);
+    match secret {
+        Some(s) => client.set_client_secret(s),
+        None => client,
+    }
+}
+
+/// A token endpoint's successful answer, read as tessera always has. The
+/// crate's `StandardTokenResponse` wants a `token_type` and an integer
+/// `expires_in`; servers send neither always, and some answer 200 with an
+/// `error` member. So every member is optional here (an `access_token`
+/// missing or null reads as empty), `expires_in` may be a float, any
+/// `token_type` is read (the caller decides), and `error` is kept.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct TokenAnswer {
+    #[serde(default = "no_access_token", deserialize_with = "access_token")]
+    access_token: AccessToken,
+    #[serde(default)]
+    token_type: TokenTypeName,
+    expires_in: Option<f64>,
+    refresh_token: Option<RefreshToken>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+fn no_access_token() -> AccessToken {
+    AccessToken::new(String::new())
+}
+
+fn access_token<'de, D: Deserializer<'de>>(d: D) -> Result<AccessToken, D::Error> {
+    Ok(AccessToken::new(
+        Option::<String>::deserialize(d)?.unwrap_or_default(),
+    ))
+}
+
+/// A `token_type` as the server wrote it, if it did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct TokenTypeName(pub(crate) Option<String>);
+
+impl oauth2::TokenType for TokenTypeName {}
+
+impl TokenAnswer {
+    /// The OAuth error of an answer that is one despite its success
+    /// status: its code and description.
+    pub(crate) fn refusal(&self) -> Option<(&str, Option<&str>)> {
+        let code = self.error.as_deref()?;
+        Some((code, self.error_description.as_deref()))
+    }
+}
+
+impl TokenResponse for TokenAnswer {
+    type TokenType = TokenTypeName;
+
+    fn access_token(&self) -> &AccessToken {
+        &self.access_token
+    }
+
+    fn token_type(&self) -> &TokenTypeName {
+        &self.token_type
+    }
+
+    /// Whole and fractional seconds, capped at 10⁹; none when negative or
+    /// not finite.
+    fn expires_in(&self) -> Option<Duration> {
+        self.expires_in
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(1e9)))
+    }
+
+    fn refresh_token(&self) -> Option<&RefreshToken> {
+        self.refresh_token.as_ref()
+    }
+
+    fn scopes(&self) -> Option<&Vec<Scope>> {
+        None
+    }
+}
+
+/// The `oauth2` crate's HTTP client: its requests go out on tessera's own
+/// pooled client ([`UpstreamClient::exchange`]), so the egress rule holds
+/// for them, they go only on connections of `pool_key`, and an answer is
+/// read up to `max` bytes.
+pub(crate) struct OAuthHttp<'a> {
+    client: &'a UpstreamClient,
+    pool_key: &'a str,
+    max: usize,
+    /// The status of the last answer as sent (0: none yet).
+    status: AtomicU16,
+}
+
+impl<'a> OAuthHttp<'a> {
+    pub(crate) fn new(client: &'a UpstreamClient, pool_key: &'a str, max: usize) -> Self {
+        OAuthHttp {
+            client,
+            pool_key,
+            max,
+            status: AtomicU16::new(0),
+        }
+    }
+
+    /// What the endpoint answered, once it did. The crate tells only 200
+    /// from the rest; the status itself is for the error.
+    pub(crate) fn status(&self) -> Option<StatusCode> {
+        StatusCode::from_u16(self.status.load(Ordering::Relaxed)).ok()
+    }
+
+    async fn send(&self, req: oauth2::HttpRequest) -> Result<oauth2::HttpResponse, ExchangeError> {
+        let (parts, body) = req.into_parts();
+        let mut req = Request::from_parts(parts, Bytes::from(body));
+        if let Some(host) = req
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            req.headers_mut().insert(header::HOST, host);
+        }
+        if let Some(basic) = req.headers_mut().get_mut(header::AUTHORIZATION) {
+            basic.set_sensitive(true);
+        }
+        let answer = self.client.exchange(req, self.pool_key, self.max).await?;
+        self.status.store(answer.status.as_u16(), Ordering::Relaxed);
+        let mut resp = http::Response::new(answer.body.to_vec());
+        // Any 2xx is a token response, as tessera has always read it; the
+        // crate takes only 200 as one.
+        *resp.status_mut() = if answer.status.is_success() {
+            StatusCode::OK
+        } else {
+            answer.status
+        };
+        // The crate refuses an answer whose Content-Type is not JSON's;
+        // tessera reads the body as JSON whatever its label says (servers
+        // answer `text/plain` or `application/x-json` too), as it always
+        // has. Without the header the crate does the same.
+        *resp.headers_mut() = answer.headers;
+        resp.headers_mut().remove(header::CONTENT_TYPE);
+        Ok(resp)
+    }
+}
+
+impl<'c> oauth2::AsyncHttpClient<'c> for OAuthHttp<'_> {
+    type Error = ExchangeError;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<oauth2::HttpResponse, ExchangeError>> + Send + 'c>>;
+
+    fn call(&'c self, request: oauth2::HttpRequest) -> Self::Future {
+        Box::pin(self.send(request))
     }
 }
 
@@ -656,6 +826,68 @@ mod tests {
             expires_at: None,
         };
         assert!(forever.fresh(Duration::from_secs(3600)));
+    }
+
+    /// The redactor's idea of the client's Basic credentials is what the
+    /// `oauth2` crate sends (RFC 6749 §2.3.1 encoding), even for an id and
+    /// secret with characters the form encoding changes.
+    #[tokio::test]
+    async fn the_guard_knows_the_basic_credentials_the_crate_sends() {
+        let (id, secret) = ("tessera client:1", "cs+/=:&%Zq8mX1vP é");
+        let config = OAuthConfig {
+            token_url: Url::parse("https://as.example/token").unwrap(),
+            client_id: id.into(),
+            scopes: vec![],
+            audience: None,
+            resource: None,
+            grant: Grant::ClientCredentials,
+        };
+        let secrets = OAuthSecrets {
+            client_secret: Some(secret.into()),
+            refresh_token: None,
+        };
+        let source = OAuthSource::new("c", config.clone(), secrets, None);
+        let sent = Mutex::new(None);
+        let http = |req: oauth2::HttpRequest| {
+            *sent.lock().unwrap() = req.headers().get(header::AUTHORIZATION).cloned();
+            async { Ok::<_, std::io::Error>(http::Response::new(b"{}".to_vec())) }
+        };
+        let _ = oauth_client(id, Some(ClientSecret::new(secret.into())))
+            .set_token_uri(TokenUrl::from_url(config.token_url))
+            .exchange_client_credentials()
+            .request_async(&http)
+            .await;
+        let sent = sent
+            .lock()
+            .unwrap()
+            .take()
+            .expect("an Authorization header");
+        let (_, basic) = source.basic_value().unwrap();
+        assert_eq!(
+            sent.to_str().unwrap(),
+            format!("Basic {}", basic.expose_secret())
+        );
+    }
+
+    /// Token answers read as tessera always has: a float `expires_in`, no
+    /// `token_type`, a null `access_token`, an `error` in a 200 answer.
+    #[test]
+    fn token_answers_read_leniently() {
+        let read = |s: &str| serde_json::from_str::<TokenAnswer>(s).unwrap();
+        let a = read(r#"{"access_token":"at","expires_in":1.5,"refresh_token":"rt"}"#);
+        assert_eq!(a.access_token().secret(), "at");
+        assert_eq!(a.expires_in(), Some(Duration::from_millis(1500)));
+        assert_eq!(a.token_type().0, None);
+        assert_eq!(a.refresh_token().unwrap().secret(), "rt");
+        assert!(a.refusal().is_none());
+        let a = read(r#"{"access_token":null,"token_type":"mac","expires_in":-1}"#);
+        assert_eq!(a.access_token().secret(), "");
+        assert_eq!(a.token_type().0.as_deref(), Some("mac"));
+        assert_eq!(a.expires_in(), None);
+        let a = read(r#"{"error":"invalid_grant","error_description":"gone"}"#);
+        assert_eq!(a.refusal(), Some(("invalid_grant", Some("gone"))));
+        assert_eq!(a.access_token().secret(), "");
+        assert!(serde_json::from_str::<TokenAnswer>(r#"{"expires_in":"60"}"#).is_err());
     }
 
     #[test]
