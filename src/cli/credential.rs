@@ -12,8 +12,6 @@ use tessera::store::Store;
 
 use super::*;
 
-/// Where a secret is read from: never the command line. (With --scheme
-/// oauth2 it is the client secret, also spelt --client-secret-env/-stdin.)
 /// Whether upstreams may be internal (see `tessera::upstream::egress`).
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(crate) struct EgressArgs {
@@ -32,6 +30,8 @@ impl EgressArgs {
     }
 }
 
+/// Where a secret is read from: never the command line. (With --scheme
+/// oauth2 it is the client secret, also spelt --client-secret-env/-stdin.)
 #[derive(Args)]
 pub(crate) struct SecretSource {
     /// An environment variable holding the secret.
