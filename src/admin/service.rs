@@ -510,10 +510,34 @@ pub(super) async fn credential_add_oauth(
     Ok(())
 }
 
+/// A URL as an error may show it: without the user name and password a
+/// refused URL may carry (the error is stored in the admin audit and
+/// shown to whoever reads it), parsed or not.
+fn without_userinfo(s: &str) -> String {
+    if let Ok(mut u) = Url::parse(s) {
+        if u.set_username("").is_ok() && u.set_password(None).is_ok() {
+            return u.to_string();
+        }
+    }
+    // Unparsed: drop everything between the scheme and the last '@' of the
+    // authority.
+    let (scheme, rest) = s.split_once("://").unwrap_or(("", s));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let host = match rest[..end].rfind('@') {
+        Some(at) => &rest[at + 1..],
+        None => rest,
+    };
+    if scheme.is_empty() {
+        host.to_string()
+    } else {
+        format!("{scheme}://{host}")
+    }
+}
+
 /// Validate an upstream URL: absolute http(s) with a host, no credentials
 /// in it (they would travel outside the sealed store), no fragment.
 pub fn check_upstream(s: &str) -> Result<Url, AdminError> {
-    let bad = |why| AdminError::BadUpstream(s.to_string(), why);
+    let bad = |why| AdminError::BadUpstream(without_userinfo(s), why);
     let u = Url::parse(s).map_err(|_| bad("not an absolute URL"))?;
     if !matches!(u.scheme(), "http" | "https") {
         return Err(bad("the scheme must be http or https"));
@@ -646,6 +670,19 @@ pub(super) async fn connection_revoke(store: &Store, id_or_url: &str) -> Result<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_refused_url_is_shown_without_its_credentials() {
+        for s in [
+            "https://bot:hunter2@api.example/mcp",
+            "https://bot:hunter2@/mcp",
+            "https://bot:hunter2@api.example:99999/mcp",
+            "ftp://bot:hunter2@api.example/",
+        ] {
+            let e = super::check_upstream(s).unwrap_err().to_string();
+            assert!(!e.contains("hunter2") && !e.contains("bot"), "{e}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -31,7 +31,9 @@ use oauth2::{
 use serde::Deserialize;
 use url::Url;
 
-use crate::credentials::oauth::{oauth_client, Grant, OAuthConfig, OAuthHttp, OAuthSecrets};
+use crate::credentials::oauth::{
+    oauth_client, printable, standard_code, Grant, OAuthConfig, OAuthHttp, OAuthSecrets,
+};
 use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 use crate::store::model::NewCredential;
 use crate::store::model::Sealed;
@@ -448,10 +450,16 @@ pub async fn login(
         .map_err(&step4)?;
     let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     if let Some(e) = get("error") {
-        let d = get("error_description")
-            .map(|d| format!(" ({d})"))
-            .unwrap_or_default();
-        return Err(step4(format!("the authorization server answered {e}{d}")));
+        // Whoever reaches the loopback listener writes these: a standard
+        // code goes into the error (stored in the admin audit), the
+        // description only to the person's terminal, printable.
+        if let Some(d) = get("error_description") {
+            say(&format!("the authorization server said: {}", printable(d)));
+        }
+        return Err(step4(format!(
+            "the authorization server answered {}",
+            standard_code(e)
+        )));
     }
     if get("state") != Some(state.secret().as_str()) {
         return Err(step4(
@@ -477,9 +485,14 @@ pub async fn login(
             ))
         })?;
     let status = http.status().map_or(0, |s| s.as_u16());
-    let refused = |e: &str, d: Option<&str>| {
-        let d = d.map(|d| format!(" ({d})")).unwrap_or_default();
-        step5(format!("the server refused: {e}{d}"))
+    // The token endpoint was just sent the code, the verifier and maybe the
+    // client secret, and may echo them: only a standard code goes into the
+    // error (stored in the admin audit); its words only to the terminal.
+    let mut refused = |e: &str, d: Option<&str>| {
+        if let Some(d) = d {
+            say(&format!("the token endpoint said: {}", printable(d)));
+        }
+        step5(format!("the server refused: {}", standard_code(e)))
     };
     let t = answered.map_err(|e| match e {
         RequestTokenError::Request(e) => step5(format!("{token_url}: {e}")),

@@ -120,6 +120,18 @@ const OAUTH_ERRORS: [&str; 9] = [
     "temporarily_unavailable",
 ];
 
+/// `code` if it is a standard OAuth error code (RFC 6749 §5.2 and kin),
+/// else a fixed phrase: what an error message may say of a refusal. The
+/// server's own words may echo what it was sent (a client secret, a code,
+/// a verifier), so they never go into a message that is stored or shown.
+pub(crate) fn standard_code(code: &str) -> &'static str {
+    OAUTH_ERRORS
+        .iter()
+        .find(|c| **c == code)
+        .copied()
+        .unwrap_or("an unrecognized OAuth error")
+}
+
 /// Why no token could be had. Never holds a secret, and its message (what
 /// a caller reads) holds nothing the token endpoint chose but a standard
 /// error code: an endpoint that echoes its request would otherwise hand
@@ -776,7 +788,7 @@ fn bearer(token: &SecretString) -> Result<Injection, crate::credentials::Credent
 
 /// What the server said, cut to printable ASCII and 200 characters (for
 /// the log).
-fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii_graphic() || *c == ' ')
         .take(200)

@@ -120,11 +120,21 @@ pub enum SendError {
 }
 
 /// A whole answer to one of tessera's own calls.
-#[derive(Debug)]
 pub struct Exchanged {
     pub status: http::StatusCode,
     pub headers: http::HeaderMap,
     pub body: Bytes,
+}
+
+/// The status and the body's length only: a token endpoint's answer holds
+/// tokens, and a `{:?}` must not print them.
+impl std::fmt::Debug for Exchanged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchanged")
+            .field("status", &self.status)
+            .field("body_bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why one of tessera's own calls got no whole answer.

@@ -568,16 +568,19 @@ async fn token_endpoint_failures_are_a_clear_502() {
     assert_logs_lack(&[CLIENT_SECRET, "access-1-Tz8kQ3vN", "access-2-Tz8kQ3vN"]);
 }
 
-#[tokio::test]
-async fn login_discovers_registers_and_authorizes_headlessly() {
+/// `credential login saas` against `auth`, with a person who opens the
+/// printed URL and says yes: the exit status and every line printed.
+async fn login_with_consent(
+    p: &Proxy,
+    auth: &AuthServer,
+) -> (std::process::ExitStatus, Vec<String>) {
     use tokio::io::AsyncBufReadExt;
-    let auth = AuthServer::start(3600, false).await;
-    let p = Proxy::start(Proxy::dir()).await;
     let upstream = format!("{}/mcp", auth.base);
     let mut child = tessera_async(p.dir.path())
         .args(["credential", "login", "saas", "--upstream", &upstream])
         .env_remove("TESSERA_MASTER_KEY")
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
@@ -621,6 +624,16 @@ async fn login_discovers_registers_and_authorizes_headlessly() {
     while let Ok(Some(l)) = lines.next_line().await {
         said.push(l);
     }
+    let o = child.wait_with_output().await.unwrap();
+    said.extend(String::from_utf8_lossy(&o.stderr).lines().map(String::from));
+    (status, said)
+}
+
+#[tokio::test]
+async fn login_discovers_registers_and_authorizes_headlessly() {
+    let auth = AuthServer::start(3600, false).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let (status, said) = login_with_consent(&p, &auth).await;
     assert!(status.success(), "{said:?}");
     assert!(
         said.last().unwrap().contains("credential saas stored"),
@@ -716,6 +729,28 @@ async fn a_reload_keeps_the_token_source() {
     assert!(std::sync::Arc::ptr_eq(&before, &source()));
     assert_eq!(call(&a).await.0, 200);
     assert_eq!(auth.token_requests(), 1);
+}
+
+/// A token endpoint that echoes the code exchange (the authorization code
+/// and the PKCE verifier in its form) in its refusal: the login fails at
+/// step 5 naming a standard code only, and nothing it echoed reaches the
+/// admin audit, where the failure is recorded in clear.
+#[tokio::test]
+async fn a_login_refusal_that_echoes_the_exchange_records_no_part_of_it() {
+    let auth = AuthServer::start(3600, false).await;
+    auth.set(|s| s.mode = Some(Mode::Echo));
+    let p = Proxy::start(Proxy::dir()).await;
+    let (status, said) = login_with_consent(&p, &auth).await;
+    assert!(!status.success(), "{said:?}");
+    let rows = p.store().admin_audit(None, 10).await.unwrap();
+    let row = rows
+        .iter()
+        .find(|r| r.action == "credential.login")
+        .unwrap_or_else(|| panic!("no login row: {rows:?}"));
+    assert!(row.outcome.contains("step 5"), "{row:?}");
+    for echoed in ["code=", "code_verifier", "grant_type"] {
+        assert!(!row.outcome.contains(echoed), "{echoed} recorded: {row:?}");
+    }
 }
 
 /// A token endpoint that echoes its request (the refresh token in the
