@@ -349,7 +349,7 @@ fn parse_origin(s: &str) -> Result<String, ConfigError> {
 /// The roots upstream TLS trusts: the built-in Mozilla set (`webpki`) or
 /// the system's store (`platform`), plus every certificate of `ca_file`
 /// (PEM), for upstreams behind a private CA.
-fn upstream_roots(
+pub fn upstream_roots(
     which: &str,
     ca_file: Option<&str>,
 ) -> Result<rustls::RootCertStore, ConfigError> {

@@ -130,6 +130,14 @@ pub(crate) enum CredentialCmd {
         /// How long to wait for the authorization, in seconds.
         #[arg(long, default_value_t = 300)]
         wait_s: u64,
+        /// The certificate authorities the login's TLS trusts, as serve's:
+        /// webpki (the Mozilla roots built in) or platform.
+        #[arg(long, env = "TESSERA_UPSTREAM_ROOTS", default_value = tessera::config::DEFAULT_UPSTREAM_ROOTS)]
+        upstream_roots: String,
+        /// A PEM bundle of certificate authorities trusted besides
+        /// --upstream-roots (an authorization server behind a private CA).
+        #[arg(long, env = "TESSERA_UPSTREAM_CA_FILE")]
+        upstream_ca_file: Option<String>,
         #[command(flatten)]
         egress: EgressArgs,
     },
@@ -192,8 +200,12 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             client_secret_env,
             scopes,
             wait_s,
+            upstream_roots,
+            upstream_ca_file,
             egress,
         } => {
+            let roots =
+                tessera::config::upstream_roots(&upstream_roots, upstream_ca_file.as_deref())?;
             service::check_name(&name)?;
             let upstream = service::check_upstream(&upstream)?;
             service::check_egress(egress.egress(), "upstream URL", &upstream).await?;
@@ -205,10 +217,11 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             // Every URL the flow fetches (metadata, registration, token) was
             // chosen by the upstream or its authorization server: the same
             // egress rule applies to them.
-            let client = tessera::upstream::client(
+            let client = tessera::upstream::client_with_roots(
                 Duration::from_secs(10),
                 Duration::from_secs(30),
                 egress.egress(),
+                roots,
             );
             let spec = tessera::credentials::login::LoginSpec {
                 name,

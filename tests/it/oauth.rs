@@ -731,6 +731,68 @@ async fn a_reload_keeps_the_token_source() {
     assert_eq!(auth.token_requests(), 1);
 }
 
+/// The login trusts the certificate authorities it is given, as serve
+/// does: an authorization server behind a private CA is reached with
+/// `--upstream-ca-file` (its TLS handshake completes and the first request
+/// arrives), and not without it.
+#[tokio::test]
+async fn login_trusts_the_configured_certificate_authorities() {
+    use base64::Engine;
+    let server = TlsUpstream::start(&[b"http/1.1"]).await;
+    let upstream = format!("https://localhost:{}/mcp", server.port);
+    let dir = Proxy::dir();
+    let pem = dir.path().join("ca.pem");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(server.cert.as_ref());
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    std::fs::write(
+        &pem,
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            lines.join("\n")
+        ),
+    )
+    .unwrap();
+    let login = |extra: Vec<String>| {
+        let mut args = vec![
+            "credential".to_string(),
+            "login".into(),
+            "x".into(),
+            "--upstream".into(),
+            upstream.clone(),
+            "--allow-private-upstreams".into(),
+            "--wait-s".into(),
+            "1".into(),
+        ];
+        args.extend(extra);
+        tessera_async(dir.path())
+            .args(args)
+            .env_remove("TESSERA_MASTER_KEY")
+            .output()
+    };
+    let o = login(vec![]).await.unwrap();
+    assert!(!o.status.success());
+    assert_eq!(
+        server.seen.lock().unwrap().len(),
+        0,
+        "reached without its CA"
+    );
+    let o = login(vec!["--upstream-ca-file".into(), pem.display().to_string()])
+        .await
+        .unwrap();
+    // The server answers "ok" to everything: no metadata, so step 1 fails,
+    // after the handshake.
+    assert!(!o.status.success());
+    assert!(
+        !server.seen.lock().unwrap().is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// A token endpoint that echoes the code exchange (the authorization code
 /// and the PKCE verifier in its form) in its refusal: the login fails at
 /// step 5 naming a standard code only, and nothing it echoed reaches the
