@@ -65,7 +65,6 @@ pub async fn run(
     started: impl FnOnce(&Arc<State>),
 ) -> Result<(), ServeError> {
     tracing::info!(policies = %p.policies.origin, count = p.policies.len(), "policies loaded");
-    let cfg = p.config.clone();
     let (state, _refresher) = State::start(p.config, p.store, p.key, p.policies).await?;
     reload_policies_on_change(&state, p.policy_dir, p.policy_check)?;
     if let Some(release) = p.release_free_memory {
@@ -79,6 +78,7 @@ pub async fn run(
     if let Some(addr) = p.admin_listen {
         serve_admin(&state, addr, admin_stopped).await?;
     }
+    let cfg = &state.config;
     tracing::info!(
         listen = %listener.local_addr().map_or_else(|_| cfg.listen.to_string(), |a| a.to_string()),
         public_url = %cfg.public_url,

@@ -190,7 +190,7 @@ async fn proxy(
 
     // The request's shape before anything else: no lookup is spent on an
     // oversized or ambiguous request.
-    crate::proxy::shape::check_shape(&parts, limits)?;
+    shape::check_shape(&parts, limits)?;
 
     // Route first: a wrong method or a path that is not an address is
     // refused before anything is loaded. So is a sub-path a server could
@@ -201,7 +201,7 @@ async fn proxy(
     // the route outlives the request's parts moving on to the upstream.
     let target = parts.uri.clone();
     let r = route(&parts.method, target.path())?;
-    crate::proxy::shape::refuse_credential_query(parts.uri.query())?;
+    shape::refuse_credential_query(parts.uri.query())?;
 
     // Origin and Host before authentication: a DNS-rebound browser request
     // is refused whatever credentials it carries.
@@ -241,19 +241,19 @@ async fn proxy(
     let upstream = conn.upstream.clone();
     // A session goes on only for the caller and connection that opened it
     // (`crate::proxy::session`): anyone else's session id is unknown here.
-    let owner = crate::proxy::session::Owner {
+    let owner = session::Owner {
         caller_id: caller.id,
         caller: &caller.name,
         connection: r.connection_id,
     };
-    crate::proxy::session::for_upstream(state.master_key(), owner, &mut parts.headers)?;
+    session::for_upstream(state.master_key(), owner, &mut parts.headers)?;
 
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
     // read it once, inspect it, forward that same buffer. Its bytes are
     // reserved from the body memory of all requests until this returns.
     let (body, _body_memory) = tokio::time::timeout(
         limits.body_timeout,
-        crate::proxy::body::read_bounded(
+        body::read_bounded(
             &parts.headers,
             body,
             state.config.max_body_bytes,
@@ -278,10 +278,10 @@ async fn proxy(
         .and_then(|v| v.to_str().ok());
     access.result_type = version_header
         .or_else(|| peeked.as_ref()?.messages().first()?.protocol_version())
-        .is_some_and(crate::proxy::jsonrpc::results_carry_type);
+        .is_some_and(jsonrpc::results_carry_type);
     // The routing headers (2026-07-28) say what the body says, or the
     // request goes no further: the upstream must not be told two calls.
-    crate::proxy::jsonrpc::check_routing_headers(&parts.headers, peeked.as_ref())?;
+    jsonrpc::check_routing_headers(&parts.headers, peeked.as_ref())?;
 
     // Authorize every message of the body (or the bare GET/DELETE) before
     // anything reaches the upstream; one refusal refuses the whole body.
@@ -355,7 +355,7 @@ async fn proxy(
     let forwarded = state
         .config
         .forwarded
-        .then_some(crate::proxy::forward::Forwarded { peer });
+        .then_some(forward::Forwarded { peer });
     let credential = || upstream.credential.clone();
     let (resp, redactor) = match &upstream.auth {
         Auth::Static(inj) => {
@@ -369,12 +369,12 @@ async fn proxy(
                 forwarded,
             );
             (
-                crate::proxy::forward::send(state, up_req, &upstream.credential).await?,
+                forward::send(state, up_req, &upstream.credential).await?,
                 inj.redactor.clone(),
             )
         }
         Auth::OAuth(source) => {
-            let sent = crate::proxy::forward::send_oauth(
+            let sent = forward::send_oauth(
                 state,
                 source,
                 &upstream.credential,
@@ -402,7 +402,7 @@ async fn proxy(
     // header filter: a `Connection: content-encoding` would have it drop
     // the coding's name and pass the coded bytes on unread (found by the
     // attack review).
-    let codings = crate::proxy::response::undo_codings(&mut parts).map_err(|e| {
+    let codings = response::undo_codings(&mut parts).map_err(|e| {
         tracing::warn!(credential = %upstream.credential, error = %e, "an upstream answer tessera cannot decode");
         ProxyError::UpstreamEncoding {
             credential: credential(),
@@ -423,12 +423,12 @@ async fn proxy(
         });
     }
     if let Some(connection) = access.connection_id.as_deref() {
-        let owner = crate::proxy::session::Owner {
+        let owner = session::Owner {
             caller_id: caller.id,
             caller: &caller.name,
             connection,
         };
-        crate::proxy::session::for_caller(state.master_key(), owner, &mut parts.headers);
+        session::for_caller(state.master_key(), owner, &mut parts.headers);
     }
     // Read as a client would (media types ignore letter case), so no
     // spelling of it streams past the filter below.
@@ -463,7 +463,7 @@ async fn proxy(
     // Any SSE answer (a POST's or the GET stream) is filtered event by
     // event: the SDKs route a result by its JSON-RPC id, whichever stream
     // it arrives on, so a tools/list result on a ping's stream or the GET
-    // stream reaches the caller as the list (`crate::proxy::response::tool_list`).
+    // stream reaches the caller as the list (`response::tool_list`).
     // The TypeScript SDK reads any 2xx answer to its GET as SSE, whatever
     // its Content-Type says: so does tessera (found by the attack review).
     let tool_filter = (lists || event_stream || get_stream).then(|| {

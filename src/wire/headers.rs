@@ -49,7 +49,7 @@ pub const STRIPPED_REQUEST: [HeaderName; 8] = [
 /// believed as tessera's word, and would let a call the policies decided
 /// as one thing run as another. tessera sets `Forwarded` and
 /// `X-Forwarded-For` itself, truthfully, with `--forwarded set`
-/// ([`set_forwarded`]). Every `X-Forwarded-*` goes too
+/// ([`crate::proxy::forward::set_forwarded`]). Every `X-Forwarded-*` goes too
 /// ([`is_trust_header`]).
 pub const TRUST_HEADERS: [&str; 12] = [
     "forwarded",

@@ -737,25 +737,10 @@ async fn a_reload_keeps_the_token_source() {
 /// arrives), and not without it.
 #[tokio::test]
 async fn login_trusts_the_configured_certificate_authorities() {
-    use base64::Engine;
     let server = TlsUpstream::start(&[b"http/1.1"]).await;
     let upstream = format!("https://localhost:{}/mcp", server.port);
     let dir = Proxy::dir();
-    let pem = dir.path().join("ca.pem");
-    let b64 = base64::engine::general_purpose::STANDARD.encode(server.cert.as_ref());
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    std::fs::write(
-        &pem,
-        format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            lines.join("\n")
-        ),
-    )
-    .unwrap();
+    let pem = server.ca_pem(dir.path());
     let login = |extra: Vec<String>| {
         let mut args = vec![
             "credential".to_string(),

@@ -1246,6 +1246,28 @@ pub struct TlsUpstream {
 }
 
 impl TlsUpstream {
+    /// Its self-signed certificate as a PEM file in `dir` (`ca.pem`), as
+    /// `--upstream-ca-file` reads one.
+    pub fn ca_pem(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        use base64::Engine;
+        let path = dir.join("ca.pem");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(self.cert.as_ref());
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        std::fs::write(
+            &path,
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                lines.join("\n")
+            ),
+        )
+        .unwrap();
+        path
+    }
+
     pub async fn start(alpn: &[&[u8]]) -> TlsUpstream {
         use std::sync::atomic::Ordering;
         let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();

@@ -279,7 +279,6 @@ async fn a_transfer_coding_other_than_chunked_is_a_502() {
 
 #[tokio::test]
 async fn an_untrusted_upstream_certificate_is_a_502_naming_the_host_until_its_ca_is_configured() {
-    use base64::Engine;
     let up = TlsUpstream::start(&[b"http/1.1"]).await;
     let url = format!("https://localhost:{}/mcp", up.port);
 
@@ -300,21 +299,7 @@ async fn an_untrusted_upstream_certificate_is_a_502_naming_the_host_until_its_ca
 
     // --upstream-ca-file with the CA's PEM: trusted.
     let dir = tempfile::tempdir().unwrap();
-    let pem_path = dir.path().join("ca.pem");
-    let b64 = base64::engine::general_purpose::STANDARD.encode(up.cert.as_ref());
-    let lines: Vec<&str> = b64
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).unwrap())
-        .collect();
-    std::fs::write(
-        &pem_path,
-        format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            lines.join("\n")
-        ),
-    )
-    .unwrap();
+    let pem_path = up.ca_pem(dir.path());
     let settings = |file: &str| {
         let mut raw = tessera::config::RawServe::defaults("127.0.0.1:0".parse().unwrap());
         raw.upstream_ca_file = Some(file.to_string());
