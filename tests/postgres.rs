@@ -33,6 +33,8 @@ mod doors;
 mod egress;
 #[path = "it/ext_authz.rs"]
 mod ext_authz;
+#[path = "it/first_day.rs"]
+mod first_day;
 #[path = "it/forwarding.rs"]
 mod forwarding;
 #[path = "it/hostile.rs"]

@@ -40,6 +40,8 @@ pub enum AdminError {
     BadTtl(String),
     #[error("invalid uses {0}: a grant allows 1 or more uses")]
     BadUses(i64),
+    #[error("{0} does not apply to a credential of scheme {1}")]
+    NotForScheme(&'static str, &'static str),
     #[error("invalid scheme {0:?}: use bearer, basic, header or oauth2")]
     BadScheme(String),
     #[error("{0}")]
@@ -59,7 +61,12 @@ labelled! {
         CredentialSetSecret => "credential.set-secret",
         CredentialLogin => "credential.login",
         CallerAdd => "caller.add",
+        CredentialUpdate => "credential.update",
+        CredentialRemove => "credential.remove",
         CallerRevoke => "caller.revoke",
+        CallerRotateToken => "caller.rotate-token",
+        CallerUpdate => "caller.update",
+        CallerRestore => "caller.restore",
         ConnectionAdd => "connection.add",
         ConnectionRevoke => "connection.revoke",
         AdminTokenAdd => "admin-token.add",
@@ -169,6 +176,52 @@ impl<'a> Admin<'a> {
         .await
     }
 
+    pub async fn credential_update(&self, change: CredentialChange<'_>) -> Result<(), AdminError> {
+        let name = change.name;
+        self.record(Action::CredentialUpdate, name, async |s| {
+            credential_update(s, change).await
+        })
+        .await
+    }
+
+    pub async fn credential_remove(&self, name: &str, cascade: bool) -> Result<(), AdminError> {
+        self.record(Action::CredentialRemove, name, async |s| {
+            Ok(s.remove_credential(name, cascade).await?)
+        })
+        .await
+    }
+
+    /// A live caller's new token (the old one stops within a second).
+    pub async fn caller_rotate_token(&self, name: &str) -> Result<SecretString, AdminError> {
+        self.record(Action::CallerRotateToken, name, async |s| {
+            let token = new_caller_token();
+            s.set_caller_token(name, &token_digest(token.expose_secret().as_bytes()))
+                .await?;
+            Ok(token)
+        })
+        .await
+    }
+
+    /// A revoked caller live again, with a new token.
+    pub async fn caller_restore(&self, name: &str) -> Result<SecretString, AdminError> {
+        self.record(Action::CallerRestore, name, async |s| {
+            let token = new_caller_token();
+            s.restore_caller(name, &token_digest(token.expose_secret().as_bytes()))
+                .await?;
+            Ok(token)
+        })
+        .await
+    }
+
+    /// A live caller's groups, replaced by `groups`.
+    pub async fn caller_update(&self, name: &str, groups: &[String]) -> Result<(), AdminError> {
+        self.record(Action::CallerUpdate, name, async |s| {
+            let groups = check_groups(groups)?;
+            Ok(s.set_caller_groups(name, &groups).await?)
+        })
+        .await
+    }
+
     pub async fn caller_revoke(&self, name: &str) -> Result<(), AdminError> {
         self.record(Action::CallerRevoke, name, async |s| {
             caller_revoke(s, name).await
@@ -274,11 +327,35 @@ pub struct CallerView {
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ConnectionView {
     pub id: String,
+    /// The URL an agent uses, on this process's public URL.
+    pub url: String,
     pub caller: String,
     pub credential: String,
+    /// What a request on it meets: `live`, `revoked` (the connection) or
+    /// `caller-revoked` (its caller; the connection serves no one).
+    pub state: ConnectionState,
     /// Unix seconds.
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+}
+
+/// A connection's effective state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectionState {
+    Live,
+    Revoked,
+    CallerRevoked,
+}
+
+impl ConnectionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionState::Live => "live",
+            ConnectionState::Revoked => "revoked",
+            ConnectionState::CallerRevoked => "caller-revoked",
+        }
+    }
 }
 
 pub async fn credentials(store: &Store) -> Result<Vec<CredentialView>, AdminError> {
@@ -315,12 +392,22 @@ pub async fn callers(store: &Store) -> Result<Vec<CallerView>, AdminError> {
         .collect())
 }
 
-pub async fn connections(store: &Store) -> Result<Vec<ConnectionView>, AdminError> {
+/// Every connection, with its URL on `public_url` and its effective state.
+pub async fn connections(
+    store: &Store,
+    public_url: &Url,
+) -> Result<Vec<ConnectionView>, AdminError> {
     Ok(store
         .connections()
         .await?
         .into_iter()
         .map(|r| ConnectionView {
+            url: connection_url(public_url, &r.id),
+            state: match (r.revoked_at, r.caller_revoked_at) {
+                (Some(_), _) => ConnectionState::Revoked,
+                (None, Some(_)) => ConnectionState::CallerRevoked,
+                (None, None) => ConnectionState::Live,
+            },
             id: r.id,
             caller: r.caller,
             credential: r.credential,
@@ -612,12 +699,7 @@ pub(super) async fn caller_add(
     groups: &[String],
 ) -> Result<SecretString, AdminError> {
     check_name(name)?;
-    for g in groups {
-        check_name(g)?;
-    }
-    let mut groups = groups.to_vec();
-    groups.sort();
-    groups.dedup();
+    let groups = check_groups(groups)?;
     let token = new_caller_token();
     store
         .add_caller(
@@ -627,6 +709,77 @@ pub(super) async fn caller_add(
         )
         .await?;
     Ok(token)
+}
+
+/// Groups as stored: each a valid name, sorted, once.
+fn check_groups(groups: &[String]) -> Result<Vec<String>, AdminError> {
+    for g in groups {
+        check_name(g)?;
+    }
+    let mut groups = groups.to_vec();
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
+}
+
+/// A change to a credential's definition: each field changed when given.
+/// The secret changes with `set-secret`; the scheme with a new credential.
+pub struct CredentialChange<'a> {
+    pub name: &'a str,
+    /// Whether internal and plain-HTTP upstreams may be registered.
+    pub egress: crate::upstream::egress::Egress,
+    pub upstream: Option<&'a str>,
+    /// The header's name (`--scheme header` only).
+    pub header_name: Option<&'a str>,
+    /// The user name (`--scheme basic` only).
+    pub username: Option<&'a str>,
+}
+
+pub(super) async fn credential_update(
+    store: &Store,
+    c: CredentialChange<'_>,
+) -> Result<(), AdminError> {
+    let row = store
+        .credentials()
+        .await?
+        .into_iter()
+        .find(|r| r.name == c.name)
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "credential",
+            name: c.name.to_string(),
+        })?;
+    let upstream = match c.upstream {
+        Some(u) => {
+            let url = check_upstream(u)?;
+            check_egress(c.egress, "upstream URL", &url).await?;
+            Some(url.to_string())
+        }
+        None => None,
+    };
+    let not_for = |what: &'static str| AdminError::NotForScheme(what, row.scheme.as_str());
+    if c.header_name.is_some() && row.scheme != Scheme::Header {
+        return Err(not_for("--header-name"));
+    }
+    if c.username.is_some() && row.scheme != Scheme::Basic {
+        return Err(not_for("--username"));
+    }
+    // The same checks as at registration, on a stand-in secret.
+    let stand_in = SecretString::from("x".to_string());
+    injection(
+        row.scheme,
+        c.header_name.or(row.header_name.as_deref()),
+        c.username.or(row.username.as_deref()),
+        &stand_in,
+    )?;
+    let header_name = c.header_name.map(str::to_ascii_lowercase);
+    Ok(store
+        .update_credential(
+            c.name,
+            upstream.as_deref(),
+            header_name.as_deref(),
+            c.username,
+        )
+        .await?)
 }
 
 pub(super) async fn caller_revoke(store: &Store, name: &str) -> Result<(), AdminError> {

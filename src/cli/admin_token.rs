@@ -13,12 +13,15 @@ pub(crate) enum AdminTokenCmd {
     /// store keeps only its SHA-256). Restart serve to open the admin
     /// listener if this is the first token.
     Add {
+        /// The token's name, as the admin audit records its actions.
         name: String,
     },
     /// Revoke an admin token: the admin API refuses it at once.
     Revoke {
+        /// The token's name.
         name: String,
     },
+    /// Every admin token: name and state (never the token).
     List,
 }
 
@@ -45,7 +48,7 @@ pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
         AdminTokenCmd::List => {
             let rows = store.admin_tokens().await?;
             if at.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                out!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let table: Vec<Vec<String>> = rows
                     .into_iter()

@@ -12,8 +12,10 @@ use super::*;
 pub(crate) enum ApprovalCmd {
     /// Pending approvals, newest first (with --all, granted and denied too).
     List {
+        /// Granted and denied approvals too.
         #[arg(long)]
         all: bool,
+        /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: i64,
         /// The next page: those listed after this approval id (the last
@@ -23,6 +25,7 @@ pub(crate) enum ApprovalCmd {
     },
     /// Allow the held call (same tool, params, sub-path, query and session) to run.
     Grant {
+        /// The approval's id (the one the held call's answer quotes).
         id: String,
         /// How long the grant lasts: 30s, 10m, 1h, 7d.
         #[arg(long, default_value = "10m")]
@@ -32,7 +35,10 @@ pub(crate) enum ApprovalCmd {
         uses: i64,
     },
     /// Refuse the held call; the record stays listed (--all).
-    Deny { id: String },
+    Deny {
+        /// The approval's id.
+        id: String,
+    },
 }
 
 pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
@@ -46,7 +52,7 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             let mut table = Vec::with_capacity(rows.len());
             for a in rows {
                 if at.json {
-                    println!("{}", serde_json::to_string(&a)?);
+                    out!("{}", serde_json::to_string(&a)?);
                     continue;
                 }
                 let at = std::time::UNIX_EPOCH + Duration::from_millis(a.created_at.max(0) as u64);

@@ -53,9 +53,32 @@ pub(crate) fn config_check(
     if let Some(serve) = cmd.find_subcommand("serve") {
         push(check, serve);
     }
+    // Settings left unset whose value serve derives (from --listen, the
+    // open-file limit, the body size) show that value.
+    if let Ok(c) = tessera::config::parse_serve(raw_serve(a)) {
+        let derived = [
+            ("listen", c.listen.to_string()),
+            ("public-url", c.public_url.to_string()),
+            ("max-connections", c.max_connections.to_string()),
+            (
+                "max-connections-per-source",
+                c.max_connections_per_source.to_string(),
+            ),
+            ("max-body-memory", c.max_body_memory.to_string()),
+        ];
+        for (key, value) in derived {
+            if let Some(row) = rows.iter_mut().find(|r| r.0 == key) {
+                if row.2 == "unset" {
+                    (row.1, row.2) = (value, "derived");
+                } else if row.1 != value {
+                    row.1 = format!("{} (= {value})", row.1);
+                }
+            }
+        }
+    }
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     for (key, value, source) in &rows {
-        println!("{key:<width$}  {value:<40}  ({source})");
+        out!("{key:<width$}  {value:<40}  ({source})");
     }
     let mut ok = true;
     let mut fail = |e: String| {
@@ -74,7 +97,7 @@ pub(crate) fn config_check(
         fail(format!("--policies: {e:#}"));
     }
     if ok {
-        println!("configuration valid");
+        out!("configuration valid");
     }
     ok
 }

@@ -3,6 +3,14 @@
 //! data dir, the database, the master key). One file per command group;
 //! the work is the library's, the printing is here.
 
+/// `println!` that ends the command quietly when the reader has gone away
+/// (`tessera audit | head -1`): see [`write_line`].
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::cli::write_line(format_args!($($t)*))
+    };
+}
+
 mod admin_token;
 mod approval;
 mod audit;
@@ -45,7 +53,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         env = "TESSERA_DATA_DIR",
-        default_value = "./tessera-data",
+        default_value = IMPLICIT_DATA_DIR,
         global = true
     )]
     pub(crate) data_dir: PathBuf,
@@ -77,13 +85,35 @@ pub(crate) struct Place {
     pub(crate) json: bool,
 }
 
+/// The data dir when none was named: `serve` and `init` create it; every
+/// other command refuses to, so that a command run from the wrong folder
+/// cannot "succeed" into a store no `serve` reads.
+pub(crate) const IMPLICIT_DATA_DIR: &str = "./tessera-data";
+
+/// Whether the store is the implicit default: no data dir named (flag,
+/// environment or settings file) and no database named.
+pub(crate) fn implicit_store(matches: &clap::ArgMatches, from_file: &[String]) -> bool {
+    let named = |id: &str, key: &str| {
+        from_file.iter().any(|k| k == key)
+            || matches!(
+                matches.value_source(id),
+                Some(
+                    clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable
+                )
+            )
+    };
+    !named("data_dir", "data-dir")
+        && !named("database_url", "database-url")
+        && std::env::var_os("TESSERA_DATABASE_URL_FILE").is_none()
+}
+
 impl Place {
     /// Print a command's result: `json` with `--json`, else `text`.
     pub(crate) fn say(&self, text: impl std::fmt::Display, json: serde_json::Value) {
         if self.json {
-            println!("{json}");
+            out!("{json}");
         } else {
-            println!("{text}");
+            out!("{text}");
         }
     }
 }
@@ -128,11 +158,16 @@ pub(crate) enum Cmd {
     /// The settings `serve` would run with.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Create the data dir (the SQLite database and the master key) or
+    /// migrate the named database; other admin commands refuse to create
+    /// the default ./tessera-data themselves.
+    Init,
     /// Apply the database migrations (serve and every command also do at
     /// start) and print the schema version.
     Migrate,
     /// The audit trail of authorization decisions, oldest first.
     Audit {
+        /// Only this caller's records.
         #[arg(long)]
         caller: Option<String>,
         /// A connection id (the last part of its URL; it may begin with '-').
@@ -178,6 +213,37 @@ pub(crate) fn settings(cmd: &clap::Command) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The commands that read `serve`'s settings from the settings file:
+/// `serve` itself, `config check` (which shows them), and the connection
+/// commands (whose URLs are built from `listen` and `public-url`).
+const READS_SERVE_SETTINGS: &[&[&str]] = &[
+    &["serve"],
+    &["config", "check"],
+    &["connection", "add"],
+    &["connection", "list"],
+];
+
+/// `cmd` with the setting `key` (a long flag name) of the subcommand at
+/// `path` defaulted by `set`, when that subcommand has the setting.
+fn with_setting(
+    cmd: clap::Command,
+    path: &[&str],
+    key: &str,
+    set: &dyn Fn(clap::Arg) -> clap::Arg,
+) -> clap::Command {
+    let Some((first, rest)) = path.split_first() else {
+        let id = settings(&cmd).into_iter().find(|s| s.0 == key).map(|s| s.1);
+        return match id {
+            Some(id) => cmd.mut_arg(id, set),
+            None => cmd,
+        };
+    };
+    if cmd.find_subcommand(first).is_none() {
+        return cmd;
+    }
+    cmd.mut_subcommand(*first, |c| with_setting(c, rest, key, set))
+}
+
 /// The command line, with the settings file's values as defaults of the
 /// global settings and of `serve` (and `config check`, which shows them).
 /// Also the file's keys, to tell where a value came from.
@@ -199,12 +265,9 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
             let set = |a: clap::Arg| a.default_values(values.clone());
             if let Some((_, id)) = global.iter().find(|s| s.0 == key) {
                 cmd = cmd.mut_arg(id, set);
-            } else if let Some((_, id)) = serve.iter().find(|s| s.0 == key) {
-                cmd = cmd
-                    .mut_subcommand("serve", |s| s.mut_arg(id, set))
-                    .mut_subcommand("config", |c| {
-                        c.mut_subcommand("check", |s| s.mut_arg(id, set))
-                    });
+            }
+            for path in READS_SERVE_SETTINGS {
+                cmd = with_setting(cmd, path, &key, &set);
             }
             from_file.push(key);
         }
@@ -213,6 +276,14 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
         Ok(m) => m,
         Err(e) => {
             use clap::error::ErrorKind as K;
+            let shown = matches!(e.kind(), K::DisplayHelp | K::DisplayVersion)
+                || matches!(e.kind(), K::DisplayHelpOnMissingArgumentOrSubcommand);
+            if json_requested() && !shown {
+                let text = e.render().to_string();
+                let text = text.trim().trim_start_matches("error: ");
+                report_error(text, true);
+                std::process::exit(2);
+            }
             let bad_value = matches!(e.kind(), K::ValueValidation | K::InvalidValue);
             if bad_value && !from_file.is_empty() {
                 let _ = e.print();
@@ -229,7 +300,7 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
     Ok((cli, matches, from_file))
 }
 
-pub(crate) async fn dispatch(cli: Cli) -> Result<()> {
+pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
     let database = match (
         cli.database_url,
         std::env::var_os("TESSERA_DATABASE_URL_FILE"),
@@ -253,8 +324,34 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<()> {
         data_dir: cli.data_dir,
         json: cli.json,
     };
+    let creates = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Init);
+    if implicit && !creates && !at.data_dir.exists() {
+        let here = std::env::current_dir()
+            .map(|d| d.join("tessera-data").display().to_string())
+            .unwrap_or_else(|_| IMPLICIT_DATA_DIR.to_string());
+        anyhow::bail!(
+            "no tessera data dir at {here}: run this where `tessera serve` runs, or name its store with --data-dir DIR (TESSERA_DATA_DIR) or --database-url URL (TESSERA_DATABASE_URL), or create one here with `tessera init`"
+        );
+    }
     match cli.cmd {
         Cmd::Serve(a) => serve(&at, *a).await,
+        Cmd::Init => {
+            let store = at.store().await?;
+            // The master key too: created beside a new SQLite database.
+            existing_master_key(&at.data_dir, &store).await?;
+            let v = store.schema_version();
+            let place = match &at.database {
+                Some(url) => url.to_string(),
+                None => at.data_dir.display().to_string(),
+            };
+            at.say(
+                format!(
+                    "tessera store ready at {place} (schema at migration {v}); next: tessera serve"
+                ),
+                serde_json::json!({"store": place, "schema_version": v}),
+            );
+            Ok(())
+        }
         Cmd::Credential(c) => credential(&at, c).await,
         Cmd::Caller(c) => caller(&at, c).await,
         Cmd::Connection(c) => connection(&at, c).await,
@@ -340,4 +437,33 @@ pub(crate) async fn existing_master_key(
     MasterKey::load_existing(env.as_deref(), data_dir).with_context(|| {
         "the database holds sealed secrets but no master key was found: set TESSERA_MASTER_KEY (or TESSERA_MASTER_KEY_FILE) or restore master.key in the data dir"
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and every flag or argument says what it is for in
+    /// `--help`.
+    #[test]
+    fn every_command_and_flag_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.get_help().is_none() && !matches!(id, "help" | "version") {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for s in cmd.get_subcommands() {
+                let path = format!("{path} {}", s.get_name());
+                if s.get_about().is_none() && s.get_name() != "help" {
+                    missing.push(path.clone());
+                }
+                walk(s, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "tessera", &mut missing);
+        assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
 }

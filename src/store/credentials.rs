@@ -53,6 +53,78 @@ impl Store {
         Ok(())
     }
 
+    /// A credential's upstream and scheme options, each changed when given.
+    pub async fn update_credential(
+        &self,
+        name: &str,
+        upstream: Option<&str>,
+        header_name: Option<&str>,
+        username: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let r = sqlx::query(
+            "UPDATE credentials SET upstream = COALESCE($1, upstream),
+                 header_name = COALESCE($2, header_name), username = COALESCE($3, username)
+             WHERE name = $4",
+        )
+        .bind(upstream)
+        .bind(header_name)
+        .bind(username)
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                kind: "credential",
+                name: name.to_string(),
+            });
+        }
+        Self::bump(&mut tx).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
+    /// Remove a credential, its cached OAuth token and its connections.
+    /// Refused while a live connection (its caller live too) uses it,
+    /// unless `cascade`. The audit trail keeps their names and ids.
+    pub async fn remove_credential(&self, name: &str, cascade: bool) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let id: i64 = sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "credential",
+                name: name.to_string(),
+            })?;
+        let live: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM connections c JOIN callers a ON a.id = c.caller_id
+             WHERE c.credential_id = $1 AND c.revoked_at IS NULL AND a.revoked_at IS NULL",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if live > 0 && !cascade {
+            return Err(StoreError::InUse {
+                name: name.to_string(),
+                live,
+            });
+        }
+        for sql in [
+            "DELETE FROM connections WHERE credential_id = $1",
+            "DELETE FROM credentials WHERE id = $1",
+        ] {
+            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+        }
+        sqlx::query("DELETE FROM oauth_tokens WHERE credential = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        Self::bump(&mut tx).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
     pub async fn credentials(&self) -> Result<Vec<CredentialRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, name, upstream, scheme, header_name, username, sealed, created_at, oauth

@@ -44,6 +44,12 @@ pub enum StoreError {
     NotFound { kind: &'static str, name: String },
     #[error("{kind} {name:?} is revoked")]
     Revoked { kind: &'static str, name: String },
+    #[error("{kind} {name:?} exists, revoked: restore it (`tessera {kind} restore {name}`, a new token) to use the name again")]
+    RevokedName { kind: &'static str, name: String },
+    #[error("{kind} {name:?} is not revoked")]
+    NotRevoked { kind: &'static str, name: String },
+    #[error("credential {name:?} is used by {live} live connection(s): revoke them first, or remove it with its connections (--cascade)")]
+    InUse { name: String, live: i64 },
     #[error("creating the data dir {path}: {source}")]
     DataDir {
         path: String,
@@ -379,6 +385,57 @@ impl Store {
         sqlx::query(update)
             .bind(now())
             .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        Self::bump(&mut tx).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
+    /// `update` (binding `$1` to `value` and `$2` to `name`) on one
+    /// caller, live or revoked as `revoked` says, or why there is none.
+    async fn update_caller<T>(
+        &self,
+        name: &str,
+        revoked: bool,
+        update: &str,
+        value: T,
+    ) -> Result<(), StoreError>
+    where
+        T: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Send,
+    {
+        let mut tx = self.begin().await?;
+        let found: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT revoked_at FROM callers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let kind = "caller";
+        let name_ = || name.to_string();
+        match (found, revoked) {
+            (None, _) => {
+                return Err(StoreError::NotFound {
+                    kind,
+                    name: name_(),
+                })
+            }
+            (Some(Some(_)), false) => {
+                return Err(StoreError::Revoked {
+                    kind,
+                    name: name_(),
+                })
+            }
+            (Some(None), true) => {
+                return Err(StoreError::NotRevoked {
+                    kind,
+                    name: name_(),
+                })
+            }
+            _ => {}
+        }
+        sqlx::query(update)
+            .bind(value)
+            .bind(name)
             .execute(&mut *tx)
             .await?;
         Self::bump(&mut tx).await?;

@@ -239,6 +239,8 @@ pub struct ConnectionRow {
     pub credential: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// When its caller was revoked: the connection then serves no one.
+    pub caller_revoked_at: Option<i64>,
 }
 
 /// New credential fields, with the secret already sealed.

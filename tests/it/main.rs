@@ -15,6 +15,7 @@ mod differentials;
 mod doors;
 mod egress;
 mod ext_authz;
+mod first_day;
 mod forwarding;
 mod hostile;
 mod keys;
