@@ -248,17 +248,17 @@ pub struct RawServe {
     pub refresh_ms: u64,
     /// Keep tool-call arguments in the audit trail (default: only their
     /// SHA-256).
-    #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS")]
+    #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS", value_parser = clap::builder::BoolishValueParser::new())]
     pub audit_arguments: bool,
     /// Allow upstreams (and OAuth token URLs) on loopback, private,
     /// link-local or metadata addresses, and over plain http://. Off by
     /// default: a sidecar whose upstream runs on the same host needs it
-    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_upstreams: bool,
     /// Pass a caller's Range and If-Range headers to the upstream (default:
     /// stripped, so that slices of an answer cannot be joined around the
     /// redaction of the stored secret).
-    #[arg(long, env = "TESSERA_ALLOW_RANGE")]
+    #[arg(long, env = "TESSERA_ALLOW_RANGE", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_range: bool,
     /// Tell the upstream the caller's address: off (nothing), or set
     /// (tessera sets Forwarded: for=<peer>;proto=http and X-Forwarded-For:

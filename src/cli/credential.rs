@@ -18,7 +18,7 @@ pub(crate) struct EgressArgs {
     /// Allow upstreams (and OAuth token URLs) on loopback, private,
     /// link-local or metadata addresses, and over plain http://. Off by
     /// default: a sidecar whose upstream runs on the same host needs it.
-    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) allow_private_upstreams: bool,
 }
 

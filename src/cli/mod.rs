@@ -244,6 +244,41 @@ fn with_setting(
     cmd.mut_subcommand(*first, |c| with_setting(c, rest, key, set))
 }
 
+/// For a refused value, where it came from when not from the command line:
+/// the environment variable or the settings file that set it (clap's
+/// message names only the flag).
+fn value_source_note(e: &clap::Error, cmd: &clap::Command, from_file: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind as K};
+    if !matches!(e.kind(), K::ValueValidation | K::InvalidValue) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let on_line =
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if on_line {
+        return None;
+    }
+    fn find<'a>(cmd: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .or_else(|| cmd.get_subcommands().find_map(|s| find(s, long)))
+    }
+    let env = find(cmd, long)
+        .and_then(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| std::env::var_os(v).is_some());
+    match env {
+        Some(var) => Some(format!("note: the value comes from the environment variable {var}")),
+        None if from_file.iter().any(|k| k == long) => Some(format!(
+            "note: the value comes from the settings file ({long}); a flag or environment variable overrides it"
+        )),
+        None => None,
+    }
+}
+
 /// The command line, with the settings file's values as defaults of the
 /// global settings and of `serve` (and `config check`, which shows them).
 /// Also the file's keys, to tell where a value came from.
@@ -272,25 +307,28 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
             from_file.push(key);
         }
     }
-    let matches = match cmd.try_get_matches() {
+    let matches = match cmd.clone().try_get_matches() {
         Ok(m) => m,
         Err(e) => {
             use clap::error::ErrorKind as K;
-            let shown = matches!(e.kind(), K::DisplayHelp | K::DisplayVersion)
-                || matches!(e.kind(), K::DisplayHelpOnMissingArgumentOrSubcommand);
+            let shown = matches!(
+                e.kind(),
+                K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+            );
+            let note = value_source_note(&e, &cmd, &from_file);
             if json_requested() && !shown {
                 let text = e.render().to_string();
                 let text = text.trim().trim_start_matches("error: ");
-                report_error(text, true);
+                let text = match &note {
+                    Some(n) => format!("{text}\n{n}"),
+                    None => text.to_string(),
+                };
+                report_error(&text, true);
                 std::process::exit(2);
             }
-            let bad_value = matches!(e.kind(), K::ValueValidation | K::InvalidValue);
-            if bad_value && !from_file.is_empty() {
+            if let Some(note) = note {
                 let _ = e.print();
-                eprintln!(
-                    "note: the settings file sets {}; a flag or environment variable overrides it",
-                    from_file.join(", ")
-                );
+                eprintln!("{note}");
                 std::process::exit(2);
             }
             e.exit()

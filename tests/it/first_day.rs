@@ -361,6 +361,36 @@ fn errors_are_json_with_json_and_never_echo_a_pasted_secret() {
         assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
     }
 
+    // A refused value says where it came from when not from the flag.
+    let o = tessera(d)
+        .env("TESSERA_ALLOW_PRIVATE_UPSTREAMS", "maybe")
+        .args(["credential", "add", "x", "--upstream", "https://a.example"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("from the environment variable TESSERA_ALLOW_PRIVATE_UPSTREAMS"),
+        "{err}"
+    );
+    let file = d.join("bad.toml");
+    std::fs::write(&file, "max-body-bytes = \"lots\"\n").unwrap();
+    let o = cli(d, &["--config", file.to_str().unwrap(), "config", "check"]);
+    assert!(
+        stderr(&o).contains("from the settings file (max-body-bytes)"),
+        "{}",
+        stderr(&o)
+    );
+    // Yes and 1 are true, as in most tools' environment variables.
+    for yes in ["1", "yes", "on", "true"] {
+        let o = tessera(d)
+            .env("TESSERA_ALLOW_PRIVATE_UPSTREAMS", yes)
+            .args(["--json", "config", "check"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{yes}: {}", stderr(&o));
+    }
+
     let pasted = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
     for flag in ["--secret-env", "--client-secret-env"] {
         let mut args = vec![

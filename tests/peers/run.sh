@@ -297,6 +297,10 @@ for f in pathlib.Path(sys.argv[1]).glob("sse-retry-*/checks.json"):
 sys.exit(1)
 PY
 
+# --- the README's Quickstart, as written -------------------------------------------
+out=$(PEERS_NODE=$node TESSERA_BIN=$tessera timeout 120 bash "$here/quickstart.sh" "$work" 2>&1)
+verdict "README: the Quickstart runs as written" "$out" grep -q 'ran as written' <<<"$out"
+
 # --- what crossed ------------------------------------------------------------------
 verdict "no upstream and no conformance server ever saw the caller's token" "found in $(grep -rl --exclude=results --exclude='*.out' --exclude='*.err' -- "$caller_token" "$work" | tr '\n' ' ')" \
     bash -c "! grep -rq -- '$caller_token' '$PEERS_UPSTREAM_LOG' '$PEERS_FASTMCP_LOG' '$PEERS_GZIP_LOG' '$work/gzip.log' '$work/conformance-direct' '$work/conformance-tessera' '$work/conformance-client' '$work/everything.log' '$work/fastmcp.log'"
