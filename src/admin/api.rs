@@ -104,6 +104,7 @@ impl From<AdminError> for ApiError {
             | A::BadUses(_)
             | A::BadScheme(_)
             | A::NotForScheme(..)
+            | A::NothingToChange
             | A::Policies(_) => StatusCode::UNPROCESSABLE_ENTITY,
         };
         if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -498,6 +499,12 @@ pub struct CredentialPatch {
     header_name: Option<String>,
     /// Scheme `basic` only.
     username: Option<String>,
+    /// Scheme `oauth2` only: the token endpoint.
+    token_url: Option<String>,
+    /// Scheme `oauth2` only: the scopes, replacing the old ones.
+    scopes: Option<Vec<String>>,
+    /// Scheme `oauth2` only: the audience ("" removes it).
+    audience: Option<String>,
 }
 
 /// Change a credential's upstream URL or scheme options (the secret has its
@@ -519,6 +526,9 @@ async fn update_credential(
             upstream: c.upstream.as_deref(),
             header_name: c.header_name.as_deref(),
             username: c.username.as_deref(),
+            token_url: c.token_url.as_deref(),
+            scopes: c.scopes,
+            audience: c.audience.as_deref(),
         })
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -536,7 +546,7 @@ pub struct RemoveQuery {
 /// connection uses it, unless `cascade=true`, which removes its connections.
 #[utoipa::path(delete, path = "/v1/credentials/{name}", tag = "credentials",
     params(NamePath, RemoveQuery),
-    responses((status = 204), (status = 400, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError),
+    responses((status = 204), (status = 400, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 422, body = ApiError),
         (status = 401, body = ApiError)))]
 async fn remove_credential(
     AxState(s): AxState<Arc<State>>,
@@ -628,6 +638,7 @@ async fn revoke_caller(
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallerPatch {
+    #[schema(inline, value_type = Vec<GroupName>)]
     groups: Vec<String>,
 }
 

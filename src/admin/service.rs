@@ -40,6 +40,8 @@ pub enum AdminError {
     BadTtl(String),
     #[error("invalid uses {0}: a grant allows 1 or more uses")]
     BadUses(i64),
+    #[error("nothing to change")]
+    NothingToChange,
     #[error("{0} does not apply to a credential of scheme {1}")]
     NotForScheme(&'static str, &'static str),
     #[error("invalid scheme {0:?}: use bearer, basic, header or oauth2")]
@@ -733,12 +735,33 @@ pub struct CredentialChange<'a> {
     pub header_name: Option<&'a str>,
     /// The user name (`--scheme basic` only).
     pub username: Option<&'a str>,
+    /// OAuth settings (`--scheme oauth2` only): the token endpoint, the
+    /// scopes (replacing the old ones) and the audience. A change drops
+    /// the cached access token, so the next request asks with them.
+    pub token_url: Option<&'a str>,
+    pub scopes: Option<Vec<String>>,
+    pub audience: Option<&'a str>,
+}
+
+impl CredentialChange<'_> {
+    /// Whether it changes anything.
+    pub fn is_empty(&self) -> bool {
+        self.upstream.is_none()
+            && self.header_name.is_none()
+            && self.username.is_none()
+            && self.token_url.is_none()
+            && self.scopes.is_none()
+            && self.audience.is_none()
+    }
 }
 
 pub(super) async fn credential_update(
     store: &Store,
     c: CredentialChange<'_>,
 ) -> Result<(), AdminError> {
+    if c.is_empty() {
+        return Err(AdminError::NothingToChange);
+    }
     let row = store
         .credentials()
         .await?
@@ -756,13 +779,41 @@ pub(super) async fn credential_update(
         }
         None => None,
     };
-    let not_for = |what: &'static str| AdminError::NotForScheme(what, row.scheme.as_str());
-    if c.header_name.is_some() && row.scheme != Scheme::Header {
+    let scheme = match row.oauth {
+        Some(_) => "oauth2",
+        None => row.scheme.as_str(),
+    };
+    let not_for = |what: &'static str| AdminError::NotForScheme(what, scheme);
+    if c.header_name.is_some() && scheme != "header" {
         return Err(not_for("--header-name"));
     }
-    if c.username.is_some() && row.scheme != Scheme::Basic {
+    if c.username.is_some() && scheme != "basic" {
         return Err(not_for("--username"));
     }
+    let oauth_change = c.token_url.is_some() || c.scopes.is_some() || c.audience.is_some();
+    let oauth = match (&row.oauth, oauth_change) {
+        (None, true) => return Err(not_for("--token-url, --scope and --audience")),
+        (Some(doc), true) => {
+            let mut config: crate::credentials::oauth::OAuthConfig = serde_json::from_str(doc)
+                .map_err(|_| AdminError::OAuth("the credential's OAuth settings are unreadable"))?;
+            if let Some(t) = c.token_url {
+                let url = check_upstream(t).map_err(|e| match e {
+                    AdminError::BadUpstream(u, why) => AdminError::BadTokenUrl(u, why),
+                    e => e,
+                })?;
+                check_egress(c.egress, "--token-url", &url).await?;
+                config.token_url = url;
+            }
+            if let Some(scopes) = c.scopes {
+                config.scopes = scopes;
+            }
+            if let Some(a) = c.audience {
+                config.audience = Some(a.to_string()).filter(|a| !a.is_empty());
+            }
+            Some(serde_json::to_string(&config).expect("settings serialize"))
+        }
+        (_, false) => None,
+    };
     // The same checks as at registration, on a stand-in secret.
     let stand_in = SecretString::from("x".to_string());
     injection(
@@ -773,12 +824,13 @@ pub(super) async fn credential_update(
     )?;
     let header_name = c.header_name.map(str::to_ascii_lowercase);
     Ok(store
-        .update_credential(
-            c.name,
-            upstream.as_deref(),
-            header_name.as_deref(),
-            c.username,
-        )
+        .update_credential(crate::store::model::CredentialUpdate {
+            name: c.name,
+            upstream: upstream.as_deref(),
+            header_name: header_name.as_deref(),
+            username: c.username,
+            oauth: oauth.as_deref(),
+        })
         .await?)
 }
 

@@ -167,6 +167,16 @@ pub(crate) enum CredentialCmd {
         /// A new user name (--scheme basic credentials).
         #[arg(long)]
         username: Option<String>,
+        /// A new token endpoint (oauth2 credentials).
+        #[arg(long)]
+        token_url: Option<String>,
+        /// The scopes to ask for, replacing the old ones (repeatable;
+        /// oauth2 credentials).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// A new audience; "" removes it (oauth2 credentials).
+        #[arg(long)]
+        audience: Option<String>,
         #[command(flatten)]
         egress: EgressArgs,
     },
@@ -226,18 +236,24 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             upstream,
             header_name,
             username,
+            token_url,
+            scopes,
+            audience,
             egress,
         } => {
-            if upstream.is_none() && header_name.is_none() && username.is_none() {
-                bail!("nothing to change: give --upstream, --header-name or --username");
-            }
             let change = service::CredentialChange {
                 name: &name,
                 egress: egress.egress(),
                 upstream: upstream.as_deref(),
                 header_name: header_name.as_deref(),
                 username: username.as_deref(),
+                token_url: token_url.as_deref(),
+                scopes: (!scopes.is_empty()).then_some(scopes),
+                audience: audience.as_deref(),
             };
+            if change.is_empty() {
+                bail!("nothing to change: give --upstream, --header-name, --username, --token-url, --scope or --audience");
+            }
             Admin::new(&store, CLI).credential_update(change).await?;
             at.say(
                 format!("credential {name} updated"),

@@ -54,30 +54,33 @@ impl Store {
     }
 
     /// A credential's upstream and scheme options, each changed when given.
-    pub async fn update_credential(
-        &self,
-        name: &str,
-        upstream: Option<&str>,
-        header_name: Option<&str>,
-        username: Option<&str>,
-    ) -> Result<(), StoreError> {
+    /// New OAuth settings drop the cached access token.
+    pub async fn update_credential(&self, c: CredentialUpdate<'_>) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         let r = sqlx::query(
             "UPDATE credentials SET upstream = COALESCE($1, upstream),
-                 header_name = COALESCE($2, header_name), username = COALESCE($3, username)
-             WHERE name = $4",
+                 header_name = COALESCE($2, header_name), username = COALESCE($3, username),
+                 oauth = COALESCE($4, oauth)
+             WHERE name = $5",
         )
-        .bind(upstream)
-        .bind(header_name)
-        .bind(username)
-        .bind(name)
+        .bind(c.upstream)
+        .bind(c.header_name)
+        .bind(c.username)
+        .bind(c.oauth)
+        .bind(c.name)
         .execute(&mut *tx)
         .await?;
         if r.rows_affected() == 0 {
             return Err(StoreError::NotFound {
                 kind: "credential",
-                name: name.to_string(),
+                name: c.name.to_string(),
             });
+        }
+        if c.oauth.is_some() {
+            sqlx::query("DELETE FROM oauth_tokens WHERE credential = $1")
+                .bind(c.name)
+                .execute(&mut *tx)
+                .await?;
         }
         Self::bump(&mut tx).await?;
         self.commit(tx).await?;

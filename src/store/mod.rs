@@ -31,8 +31,8 @@ pub mod oauth;
 
 use model::{
     AdminAction, AdminTokenRow, Approval, AuditQuery, AuditRecord, CallKey, CallerRow,
-    ConnectionRow, CredentialRow, NewApproval, NewCredential, Revision, Scheme, Sealed, Shown,
-    Status, StoredOAuth,
+    ConnectionRow, CredentialRow, CredentialUpdate, NewApproval, NewCredential, Revision, Scheme,
+    Sealed, Shown, Status, StoredOAuth,
 };
 
 /// A storage failure. Messages name the thing, never a secret.

@@ -243,6 +243,16 @@ pub struct ConnectionRow {
     pub caller_revoked_at: Option<i64>,
 }
 
+/// A credential's changed fields; `None` keeps a field as it is.
+pub struct CredentialUpdate<'a> {
+    pub name: &'a str,
+    pub upstream: Option<&'a str>,
+    pub header_name: Option<&'a str>,
+    pub username: Option<&'a str>,
+    /// The OAuth settings document, whole; its cached token is dropped.
+    pub oauth: Option<&'a str>,
+}
+
 /// New credential fields, with the secret already sealed.
 pub struct NewCredential<'a> {
     pub name: &'a str,
