@@ -76,30 +76,41 @@ pub(crate) fn config_check(
             }
         }
     }
+    let mut errors = Vec::new();
+    if let Some(url) = &cli.database_url {
+        if let Err(e) = url.parse::<tessera::store::DatabaseUrl>() {
+            errors.push(format!("--database-url: {e}"));
+        }
+    }
+    if let Err(e) = tessera::config::parse_serve(raw_serve(a)) {
+        errors.push(e.to_string());
+    }
+    if let Err(e) = load_policies(a.policies.as_deref()) {
+        errors.push(format!("--policies: {e:#}"));
+    }
+    if cli.json {
+        let settings: Vec<_> = rows
+            .iter()
+            .map(|(key, value, source)| serde_json::json!({"key": key, "value": value, "source": source}))
+            .collect();
+        let valid = errors.is_empty();
+        out!(
+            "{}",
+            serde_json::json!({"settings": settings, "valid": valid, "errors": errors})
+        );
+        return valid;
+    }
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     for (key, value, source) in &rows {
         out!("{key:<width$}  {value:<40}  ({source})");
     }
-    let mut ok = true;
-    let mut fail = |e: String| {
+    for e in &errors {
         eprintln!("tessera: invalid configuration: {e}");
-        ok = false;
-    };
-    if let Some(url) = &cli.database_url {
-        if let Err(e) = url.parse::<tessera::store::DatabaseUrl>() {
-            fail(format!("--database-url: {e}"));
-        }
     }
-    if let Err(e) = tessera::config::parse_serve(raw_serve(a)) {
-        fail(e.to_string());
-    }
-    if let Err(e) = load_policies(a.policies.as_deref()) {
-        fail(format!("--policies: {e:#}"));
-    }
-    if ok {
+    if errors.is_empty() {
         out!("configuration valid");
     }
-    ok
+    errors.is_empty()
 }
 
 /// A setting's value as `config check` shows it: a database password or

@@ -361,6 +361,25 @@ fn errors_are_json_with_json_and_never_echo_a_pasted_secret() {
         assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
     }
 
+    // config check's report as one JSON object, invalid settings included.
+    let o = cli(d, &["--json", "config", "check", "--max-body-bytes", "0"]);
+    assert!(!o.status.success());
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert!(
+        v["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("--max-body-bytes"),
+        "{v}"
+    );
+    let listen = v["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "listen");
+    assert_eq!(listen.unwrap()["source"], "default");
+
     // A refused value says where it came from when not from the flag.
     let o = tessera(d)
         .env("TESSERA_ALLOW_PRIVATE_UPSTREAMS", "maybe")
