@@ -315,23 +315,21 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
                 e.kind(),
                 K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
             );
+            if shown {
+                e.exit()
+            }
             let note = value_source_note(&e, &cmd, &from_file);
-            if json_requested() && !shown {
-                let text = e.render().to_string();
-                let text = text.trim().trim_start_matches("error: ");
-                let text = match &note {
-                    Some(n) => format!("{text}\n{n}"),
-                    None => text.to_string(),
-                };
-                report_error(&text, true);
-                std::process::exit(2);
+            let text = hide_secrets(e.render().to_string().trim());
+            let text = match &note {
+                Some(n) => format!("{text}\n{n}"),
+                None => text,
+            };
+            if json_requested() {
+                report_error(text.trim_start_matches("error: "), true);
+            } else {
+                eprintln!("{text}");
             }
-            if let Some(note) = note {
-                let _ = e.print();
-                eprintln!("{note}");
-                std::process::exit(2);
-            }
-            e.exit()
+            std::process::exit(e.exit_code())
         }
     };
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -31,6 +31,37 @@ pub(crate) fn report_error(message: &str, json: bool) {
     }
 }
 
+/// A command-line error with every quoted value that looks like a secret
+/// hidden: a token pasted where a flag or a variable's name belongs
+/// (`--secret-stdin "$TOKEN"`) is echoed by the parser as "unexpected
+/// argument '…'", and an error goes to logs and terminals.
+pub(crate) fn hide_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut parts = text.split('\'');
+    out.push_str(parts.next().unwrap_or_default());
+    for (i, part) in parts.enumerate() {
+        out.push('\'');
+        // Odd pieces are inside quotes.
+        if i % 2 == 0 && looks_secret(part) {
+            out.push_str("[not shown: it looks like a secret]");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// A value shaped like a token or key rather than a name, flag, path or
+/// URL: long, one word, letters and digits mixed.
+pub(crate) fn looks_secret(s: &str) -> bool {
+    s.len() >= 16
+        && !s.chars().any(char::is_whitespace)
+        && !s.starts_with(['-', '/', '.', '<', '['])
+        && !s.contains("://")
+        && s.chars().any(|c| c.is_ascii_digit())
+        && s.chars().any(|c| c.is_ascii_alphabetic())
+}
+
 /// Whether `--json` is among the arguments: for errors found before the
 /// command line is parsed.
 pub(crate) fn json_requested() -> bool {
@@ -132,6 +163,26 @@ pub(crate) fn read_secret(env_var: Option<&str>) -> Result<SecretString> {
 #[cfg(test)]
 mod tests {
     use super::env_var_name;
+
+    #[test]
+    fn a_pasted_token_is_hidden_from_a_parse_error() {
+        let pasted = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
+        let e = format!("error: unexpected argument '{pasted}' found\n\nUsage: tessera credential add [OPTIONS] --upstream <UPSTREAM> <NAME>");
+        let shown = super::hide_secrets(&e);
+        assert!(!shown.contains(pasted), "{shown}");
+        assert!(
+            shown.contains("'[not shown: it looks like a secret]'"),
+            "{shown}"
+        );
+        for kept in [
+            "error: invalid value 'maybe' for '--allow-private-upstreams'",
+            "error: unexpected argument '--secret' found",
+            "error: invalid value 'http://127.0.0.1:7470/c/abc123def456ghi789' for '--public-url <PUBLIC_URL>'",
+            "error: invalid value 'localhost:99999' for '--listen <LISTEN>'",
+        ] {
+            assert_eq!(super::hide_secrets(kept), kept);
+        }
+    }
 
     #[test]
     fn a_pasted_token_is_not_taken_for_a_variable_name() {

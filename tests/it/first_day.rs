@@ -433,6 +433,18 @@ fn errors_are_json_with_json_and_never_echo_a_pasted_secret() {
         );
         assert!(all.contains("name of an environment variable"), "{all}");
     }
+    // Pasted where no value belongs: the parser's complaint hides it.
+    for json in [false, true] {
+        let mut args = vec!["credential", "add", "gh", "--upstream", "https://a.example"];
+        args.extend(["--secret-stdin", pasted]);
+        if json {
+            args.insert(0, "--json");
+        }
+        let o = cli(d, &args);
+        assert_eq!(o.status.code(), Some(2));
+        let err = stderr(&o);
+        assert!(!err.contains(pasted) && err.contains("not shown"), "{err}");
+    }
 }
 
 #[tokio::test]
