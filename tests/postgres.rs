@@ -21,6 +21,8 @@ mod cli;
 mod config_file;
 #[path = "it/console.rs"]
 mod console;
+#[path = "it/console_views.rs"]
+mod console_views;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/db_faults.rs"]

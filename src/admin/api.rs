@@ -902,6 +902,7 @@ async fn query_audit(
         since: p.since_ms,
         after_id: p.after_id,
         limit: page_size(p.limit)?,
+        ..AuditQuery::default()
     };
     let records = s.store.audit(&q).await.map_err(AdminError::from)?;
     let next_after_id = records.last().map(|r| r.id).or(p.after_id);

@@ -38,6 +38,13 @@ const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 const MAX_SESSIONS: usize = 1024;
 /// Pending approvals shown on one page; the page links to the next.
 const PAGE: i64 = 100;
+/// Decisions on the approvals page, and on one page of `/ui/decisions`.
+const RECENT: i64 = 20;
+const DECISIONS_PAGE: i64 = 50;
+/// How often the approvals page reloads itself, so a person watching it
+/// sees new held calls without a script (a `<meta>` refresh; the CSP
+/// allows no script).
+const REFRESH_S: u32 = 15;
 
 /// One signed-in browser.
 struct Session {
@@ -66,6 +73,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: Arc<State>) -> Router<S> 
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/approvals/{id}/{decision}", post(decide))
+        .route("/ui/decisions", get(decisions_page))
+        .route("/ui/credentials", get(credentials_page))
+        .route("/ui/callers", get(callers_page))
+        .route("/ui/connections", get(connections_page))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(console)
 }
@@ -343,11 +354,9 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         store.approvals_page(false, before, PAGE + 1).await,
         store
             .audit(&crate::store::model::AuditQuery {
-                caller: None,
-                connection: None,
-                since: None,
-                after_id: None,
-                limit: 50,
+                quiet: true,
+                limit: RECENT,
+                ..Default::default()
             })
             .await,
     ) {
@@ -359,7 +368,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             return html(StatusCode::SERVICE_UNAVAILABLE, &layout("Approvals", body));
         }
     };
-    let mut b = String::new();
+    let mut b = nav();
     let _ = write!(
         b,
         "<div class=muted>Signed in as <b>{}</b>. \
@@ -444,11 +453,38 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         }
         b.push_str("</p>");
     }
+    b.push_str("<h2>Recent decisions</h2>");
+    decisions_table(&mut b, recent.iter().rev());
     b.push_str(
-        "<h2>Recent decisions</h2><table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
+        "<p class=muted><a href=\"/ui/decisions\">All decisions</a> \
+         (initialize and notifications are left out here)</p>",
+    );
+    // A page showing an error stays put; otherwise it reloads itself.
+    let head = match error {
+        None => format!("<meta http-equiv=refresh content={REFRESH_S}>"),
+        Some(_) => String::new(),
+    };
+    html(status, &layout_head("Approvals", &head, &b))
+}
+
+/// Links to the console's pages.
+fn nav() -> String {
+    "<nav><a href=\"/ui\">Approvals</a> · <a href=\"/ui/decisions\">Decisions</a> · \
+     <a href=\"/ui/credentials\">Credentials</a> · <a href=\"/ui/callers\">Callers</a> · \
+     <a href=\"/ui/connections\">Connections</a></nav>"
+        .to_string()
+}
+
+/// Audit records as a table, in the order given.
+fn decisions_table<'a>(
+    b: &mut String,
+    records: impl Iterator<Item = &'a crate::store::model::AuditRecord>,
+) {
+    b.push_str(
+        "<table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
          <th>Method</th><th>Tool</th><th>Verdict</th><th>Status</th><th>Reason</th></tr>",
     );
-    for r in recent.iter().rev() {
+    for r in records {
         let _ = write!(
             b,
             "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>\
@@ -465,7 +501,182 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         );
     }
     b.push_str("</table>");
-    html(status, &layout("Approvals", &b))
+}
+
+/// `/ui/decisions?caller=NAME&all=1&before=ID`: the decision trail, newest
+/// first, a page at a time; `initialize` and `notifications/*` hidden
+/// unless `all`.
+#[derive(Deserialize)]
+struct DecisionsQuery {
+    before: Option<i64>,
+    caller: Option<String>,
+    all: Option<String>,
+}
+
+async fn decisions_page(
+    AxState(c): AxState<Console>,
+    headers: HeaderMap,
+    Query(q): Query<DecisionsQuery>,
+) -> Response {
+    if c.session(&headers).await.is_none() {
+        return Redirect::to("/ui/login").into_response();
+    }
+    let caller = q.caller.filter(|s| !s.trim().is_empty());
+    let all = q.all.is_some();
+    let query = crate::store::model::AuditQuery {
+        caller: caller.clone(),
+        before_id: q.before,
+        quiet: !all,
+        // One more than a page: whether an older page exists.
+        limit: DECISIONS_PAGE + 1,
+        ..Default::default()
+    };
+    let mut rows = match c.state.store.audit(&query).await {
+        Ok(r) => r,
+        Err(e) => return unavailable("Decisions", &e),
+    };
+    let older = rows.len() as i64 > DECISIONS_PAGE;
+    if older {
+        rows.remove(0);
+    }
+    let mut b = nav();
+    let _ = write!(
+        b,
+        "<form id=filter method=get action=/ui/decisions>\
+         <label>Caller <input name=caller value=\"{}\"></label> \
+         <label><input type=checkbox name=all value=1{}> Show initialize and notifications</label> \
+         <button type=submit>Filter</button></form>",
+        esc(caller.as_deref().unwrap_or("")),
+        if all { " checked" } else { "" },
+    );
+    decisions_table(&mut b, rows.iter().rev());
+    let keep = |before: Option<i64>| {
+        let mut qs = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(c) = &caller {
+            qs.append_pair("caller", c);
+        }
+        if all {
+            qs.append_pair("all", "1");
+        }
+        if let Some(id) = before {
+            qs.append_pair("before", &id.to_string());
+        }
+        esc(&qs.finish())
+    };
+    b.push_str("<p id=pages>");
+    if q.before.is_some() {
+        let _ = write!(b, "<a href=\"/ui/decisions?{}\">Newest</a> ", keep(None));
+    }
+    if let (true, Some(oldest)) = (older, rows.first()) {
+        let _ = write!(
+            b,
+            "<a id=older href=\"/ui/decisions?{}\">Older</a>",
+            keep(Some(oldest.id))
+        );
+    }
+    b.push_str("</p>");
+    html(StatusCode::OK, &layout("Decisions", &b))
+}
+
+/// A read-only table page for a signed-in person.
+async fn listing(
+    c: &Console,
+    headers: &HeaderMap,
+    title: &str,
+    rows: Result<(Vec<&str>, Vec<Vec<String>>), service::AdminError>,
+) -> Response {
+    if c.session(headers).await.is_none() {
+        return Redirect::to("/ui/login").into_response();
+    }
+    let (head, rows) = match rows {
+        Ok(r) => r,
+        Err(e) => return unavailable(title, &e),
+    };
+    let mut b = nav();
+    let _ = write!(b, "<table id=listing><tr>");
+    for h in head {
+        let _ = write!(b, "<th>{}</th>", esc(h));
+    }
+    b.push_str("</tr>");
+    for row in &rows {
+        b.push_str("<tr>");
+        for cell in row {
+            let _ = write!(b, "<td>{}</td>", esc(cell));
+        }
+        b.push_str("</tr>");
+    }
+    b.push_str("</table>");
+    if rows.is_empty() {
+        b.push_str("<p class=muted>None yet.</p>");
+    }
+    html(StatusCode::OK, &layout(title, &b))
+}
+
+async fn credentials_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let rows = service::credentials(&c.state.store).await.map(|rows| {
+        let head = vec!["Name", "Upstream", "Scheme", "Created"];
+        let rows = rows
+            .into_iter()
+            .map(|r| vec![r.name, r.upstream, r.scheme, time(r.created_at * 1000)])
+            .collect();
+        (head, rows)
+    });
+    listing(&c, &headers, "Credentials", rows).await
+}
+
+async fn callers_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let rows = service::callers(&c.state.store).await.map(|rows| {
+        let head = vec!["Name", "State", "Groups", "Created"];
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                let state = if r.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "live"
+                };
+                vec![
+                    r.name,
+                    state.into(),
+                    r.groups.join(", "),
+                    time(r.created_at * 1000),
+                ]
+            })
+            .collect();
+        (head, rows)
+    });
+    listing(&c, &headers, "Callers", rows).await
+}
+
+async fn connections_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let public_url = &c.state.config.public_url;
+    let rows = service::connections(&c.state.store, public_url)
+        .await
+        .map(|rows| {
+            let head = vec!["URL", "Caller", "Credential", "State", "Created"];
+            let rows = rows
+                .into_iter()
+                .map(|r| {
+                    let state = r.state.as_str().to_string();
+                    vec![
+                        r.url,
+                        r.caller,
+                        r.credential,
+                        state,
+                        time(r.created_at * 1000),
+                    ]
+                })
+                .collect();
+            (head, rows)
+        });
+    listing(&c, &headers, "Connections", rows).await
+}
+
+/// The database failed: say so, log why.
+fn unavailable(title: &str, e: &dyn std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "console: the store failed");
+    let body = "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
+    html(StatusCode::SERVICE_UNAVAILABLE, &layout(title, body))
 }
 
 fn time(ms: i64) -> String {
@@ -495,8 +706,13 @@ fn html(status: StatusCode, body: &str) -> Response {
 }
 
 fn layout(title: &str, body: &str) -> String {
+    layout_head(title, "", body)
+}
+
+/// [`layout`] with extra `<head>` markup (tessera's own, never escaped).
+fn layout_head(title: &str, head: &str, body: &str) -> String {
     format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8>\
+        "<!doctype html><html lang=en><head><meta charset=utf-8>{head}\
          <meta name=viewport content=\"width=device-width, initial-scale=1\">\
          <title>{t} · tessera</title><style>\
          body{{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:75rem;padding:0 1rem;color:#1b1b1b}}\
@@ -506,6 +722,7 @@ fn layout(title: &str, body: &str) -> String {
          form.inline{{display:inline}}button{{font:inherit;padding:.2rem .8rem;cursor:pointer}}\
          .grant{{background:#1a7f37;color:#fff;border:0;border-radius:4px}}.deny{{background:#cf222e;color:#fff;border:0;border-radius:4px}}\
          .v-deny{{color:#a00}}.v-ask{{color:#9a6700}}.v-allow{{color:#1a7f37}}\
+         nav{{margin-bottom:1rem}}#filter{{margin:1rem 0}}\
          </style></head><body><h1>tessera · {t}</h1>{body}</body></html>",
         t = esc(title),
     )

@@ -431,6 +431,7 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
                 }),
                 after_id: None,
                 limit: limit.max(1),
+                ..Default::default()
             };
             audit(&store, q, at.json, follow).await
         }

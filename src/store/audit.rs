@@ -112,7 +112,9 @@ impl Store {
             () => {
                 "SELECT * FROM audit \
                  WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
-                   AND ($3 IS NULL OR at >= $3) AND id > $4"
+                   AND ($3 IS NULL OR at >= $3) AND id > $4 AND id < $6 \
+                   AND ($7 = 0 OR rpc_method IS NULL \
+                        OR (rpc_method <> 'initialize' AND rpc_method NOT LIKE 'notifications/%'))"
             };
         }
         let sql = match q.after_id {
@@ -129,6 +131,8 @@ impl Store {
             .bind(q.since)
             .bind(q.after_id.unwrap_or(0))
             .bind(q.limit)
+            .bind(q.before_id.unwrap_or(i64::MAX))
+            .bind(i64::from(q.quiet))
             .fetch_all(&self.pool)
             .await?;
         rows.into_iter()

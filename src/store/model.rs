@@ -198,6 +198,11 @@ pub struct AuditQuery {
     pub since: Option<i64>,
     /// Records with a larger id only (for following).
     pub after_id: Option<i64>,
+    /// Records with a smaller id only (the next page back).
+    pub before_id: Option<i64>,
+    /// Leave out the protocol's chatter: `initialize` and
+    /// `notifications/*` (the console's default view).
+    pub quiet: bool,
     pub limit: i64,
 }
 

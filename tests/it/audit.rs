@@ -319,6 +319,11 @@ async fn batches_of_every_size_land_whole_and_in_order() {
         ..q(3)
     };
     assert_eq!(page(after).await, [100, 101, 102]);
+    let before = tessera::store::model::AuditQuery {
+        before_id: Some(ids[100]),
+        ..q(3)
+    };
+    assert_eq!(page(before).await, [97, 98, 99]);
     let since = tessera::store::model::AuditQuery {
         since: Some(record(last - 1).at),
         ..q(5)

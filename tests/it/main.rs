@@ -9,6 +9,7 @@ mod capacity;
 mod cli;
 mod config_file;
 mod console;
+mod console_views;
 mod crash;
 mod db_faults;
 mod differentials;
