@@ -53,7 +53,7 @@ impl Store {
         token_sha256: &[u8; 32],
     ) -> Result<(), StoreError> {
         let sql = "UPDATE callers SET token_sha256 = $1 WHERE name = $2";
-        self.update_caller(name, false, sql, token_sha256.to_vec())
+        self.update_revocable(Revocable::Caller, name, false, sql, token_sha256.to_vec())
             .await
     }
 
@@ -66,14 +66,15 @@ impl Store {
         token_sha256: &[u8; 32],
     ) -> Result<(), StoreError> {
         let sql = "UPDATE callers SET token_sha256 = $1, revoked_at = NULL WHERE name = $2";
-        self.update_caller(name, true, sql, token_sha256.to_vec())
+        self.update_revocable(Revocable::Caller, name, true, sql, token_sha256.to_vec())
             .await
     }
 
     /// A live caller's groups, replaced.
     pub async fn set_caller_groups(&self, name: &str, groups: &[String]) -> Result<(), StoreError> {
         let sql = "UPDATE callers SET groups = $1 WHERE name = $2";
-        self.update_caller(name, false, sql, groups.join(",")).await
+        self.update_revocable(Revocable::Caller, name, false, sql, groups.join(","))
+            .await
     }
 
     pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {

@@ -354,49 +354,20 @@ impl Store {
     /// Mark one row revoked: not found and already revoked are errors that
     /// name the row, so a typo does not pass as success.
     async fn revoke(&self, what: Revocable, key: &str) -> Result<(), StoreError> {
-        let (kind, select, update) = match what {
-            Revocable::Caller => (
-                "caller",
-                "SELECT revoked_at FROM callers WHERE name = $1",
-                "UPDATE callers SET revoked_at = $1 WHERE name = $2",
-            ),
-            Revocable::Connection => (
-                "connection",
-                "SELECT revoked_at FROM connections WHERE id = $1",
-                "UPDATE connections SET revoked_at = $1 WHERE id = $2",
-            ),
-            Revocable::AdminToken => (
-                "admin token",
-                "SELECT revoked_at FROM admin_tokens WHERE name = $1",
-                "UPDATE admin_tokens SET revoked_at = $1 WHERE name = $2",
-            ),
+        let update = match what {
+            Revocable::Caller => "UPDATE callers SET revoked_at = $1 WHERE name = $2",
+            Revocable::Connection => "UPDATE connections SET revoked_at = $1 WHERE id = $2",
+            Revocable::AdminToken => "UPDATE admin_tokens SET revoked_at = $1 WHERE name = $2",
         };
-        let name = || key.to_string();
-        let mut tx = self.begin().await?;
-        let revoked: Option<Option<i64>> = sqlx::query_scalar(select)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-        match revoked {
-            None => return Err(StoreError::NotFound { kind, name: name() }),
-            Some(Some(_)) => return Err(StoreError::Revoked { kind, name: name() }),
-            Some(None) => {}
-        }
-        sqlx::query(update)
-            .bind(now())
-            .bind(key)
-            .execute(&mut *tx)
-            .await?;
-        Self::bump(&mut tx).await?;
-        self.commit(tx).await?;
-        Ok(())
+        self.update_revocable(what, key, false, update, now()).await
     }
 
-    /// `update` (binding `$1` to `value` and `$2` to `name`) on one
-    /// caller, live or revoked as `revoked` says, or why there is none.
-    async fn update_caller<T>(
+    /// `update` (binding `$1` to `value` and `$2` to `key`) on one row
+    /// that is live, or revoked when `revoked`; else an error naming why.
+    async fn update_revocable<T>(
         &self,
-        name: &str,
+        what: Revocable,
+        key: &str,
         revoked: bool,
         update: &str,
         value: T,
@@ -404,38 +375,32 @@ impl Store {
     where
         T: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Send,
     {
+        let (kind, select) = match what {
+            Revocable::Caller => ("caller", "SELECT revoked_at FROM callers WHERE name = $1"),
+            Revocable::Connection => (
+                "connection",
+                "SELECT revoked_at FROM connections WHERE id = $1",
+            ),
+            Revocable::AdminToken => (
+                "admin token",
+                "SELECT revoked_at FROM admin_tokens WHERE name = $1",
+            ),
+        };
+        let name = || key.to_string();
         let mut tx = self.begin().await?;
-        let found: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT revoked_at FROM callers WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let kind = "caller";
-        let name_ = || name.to_string();
+        let found: Option<Option<i64>> = sqlx::query_scalar(select)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
         match (found, revoked) {
-            (None, _) => {
-                return Err(StoreError::NotFound {
-                    kind,
-                    name: name_(),
-                })
-            }
-            (Some(Some(_)), false) => {
-                return Err(StoreError::Revoked {
-                    kind,
-                    name: name_(),
-                })
-            }
-            (Some(None), true) => {
-                return Err(StoreError::NotRevoked {
-                    kind,
-                    name: name_(),
-                })
-            }
+            (None, _) => return Err(StoreError::NotFound { kind, name: name() }),
+            (Some(Some(_)), false) => return Err(StoreError::Revoked { kind, name: name() }),
+            (Some(None), true) => return Err(StoreError::NotRevoked { kind, name: name() }),
             _ => {}
         }
         sqlx::query(update)
             .bind(value)
-            .bind(name)
+            .bind(key)
             .execute(&mut *tx)
             .await?;
         Self::bump(&mut tx).await?;
