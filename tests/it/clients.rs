@@ -43,6 +43,9 @@ struct Plan {
     endpoint: String,
     at: usize,
     coding: Option<&'static str>,
+    /// The endpoint event's bytes as given (uncoded), instead of the
+    /// usual spelling.
+    raw: Option<String>,
 }
 
 const EVENT_HEAD: &str = ": hello\n\n";
@@ -91,6 +94,7 @@ impl LegacyServer {
             endpoint: endpoint.to_string(),
             at,
             coding,
+            raw: None,
         };
     }
 }
@@ -127,7 +131,7 @@ async fn answer(
             (all[..at].to_vec(), all[at..].to_vec(), false)
         }
         None => {
-            let event = endpoint_event(&ep).into_bytes();
+            let event = plan.raw.unwrap_or_else(|| endpoint_event(&ep)).into_bytes();
             let mut first = EVENT_HEAD.as_bytes().to_vec();
             first.extend_from_slice(&event[..plan.at]);
             (first, event[plan.at..].to_vec(), true)
@@ -419,4 +423,115 @@ async fn an_announced_endpoint_is_bound_to_its_caller_path_and_query() {
     let r = post(good, &a.token).await.unwrap();
     assert_eq!(r.status(), 202);
     assert_eq!(up.posts.lock().unwrap().len(), 1);
+}
+
+/// A refused call at an announced endpoint gets an error status: the
+/// 2024-11-05 client reads answers on the stream and drops a 2xx POST
+/// answer unread, so a refusal written as a 200 tool result would leave
+/// its call waiting.
+#[tokio::test]
+async fn a_refused_call_at_an_announced_endpoint_is_an_error_status() {
+    let up = LegacyServer::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
+    up.plan("/message?sessionId=s-1", 0, None);
+    let a = p.agent("legacy", &up.url("/sse"), "agent").await;
+    let (text, _) = read_stream(&a, Some(&up.gate)).await;
+    let endpoint = format!("{}{}", p.base(), announced(&text));
+    let r = client()
+        .post(&endpoint)
+        .bearer_auth(&a.token)
+        .body(tools_call(1, "delete_repo"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("delete_repo"), "{v}");
+    // At the connection's own address, the same refusal stays a tool
+    // result (Streamable HTTP reads the POST's answer).
+    let r = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .body(tools_call(1, "delete_repo"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(up.posts.lock().unwrap().is_empty());
+}
+
+/// The event is read as an `EventSource` reads it: `event:` with or
+/// without a space, CR LF line ends, comments and other fields kept, the
+/// last `event` field deciding; other events pass untouched. Data lines
+/// joined with a newline are no URL a client reads alike: refused.
+#[tokio::test]
+async fn endpoint_events_are_read_as_an_event_source_reads_them() {
+    let up = LegacyServer::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("legacy", &up.url("/sse"), "agent").await;
+    let prefix = format!("/c/{}/~sse/", connection_of(&a));
+    for (raw, kept) in [
+        (
+            "event:endpoint\r\ndata:/message?sessionId=1\r\n\r\n",
+            vec!["event:endpoint"],
+        ),
+        (
+            "event: endpoint\n: a comment\ndata: /message\nid: 3\n\n",
+            vec!["event: endpoint", ": a comment", "id: 3"],
+        ),
+    ] {
+        up.posts.lock().unwrap().clear();
+        *up.plan.lock().unwrap() = Plan {
+            raw: Some(raw.to_string()),
+            ..Plan::default()
+        };
+        let (text, broke) = read_stream(&a, Some(&up.gate)).await;
+        assert!(!broke, "{raw:?}: {text:?}");
+        let event = text.strip_prefix(EVENT_HEAD).unwrap();
+        let lines: Vec<&str> = event.lines().filter(|l| !l.is_empty()).collect();
+        let data = lines.iter().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        let want = raw
+            .split("data:")
+            .nth(1)
+            .unwrap()
+            .trim()
+            .split('\n')
+            .next()
+            .unwrap();
+        assert!(
+            data.starts_with(&prefix) && data.ends_with(want.trim()),
+            "{raw:?}: {text:?}"
+        );
+        let others: Vec<&str> = lines
+            .into_iter()
+            .filter(|l| !l.starts_with("data"))
+            .collect();
+        assert_eq!(others, kept, "{raw:?}");
+    }
+    // Not endpoint events: passed as sent.
+    for raw in [
+        "event: endpoint\nevent: message\ndata: /message\n\n",
+        "event: message\ndata: {\"endpoint\":\"http://evil.example/\"}\n\n",
+        "event : endpoint\ndata: http://evil.example/\n\n",
+        "event: endpoint\n\n",
+    ] {
+        *up.plan.lock().unwrap() = Plan {
+            raw: Some(raw.to_string()),
+            ..Plan::default()
+        };
+        let (text, broke) = read_stream(&a, Some(&up.gate)).await;
+        assert!(!broke, "{raw:?}");
+        assert_eq!(text, format!("{EVENT_HEAD}{raw}"));
+    }
+    // Two data lines: "/mess\nage", which WHATWG parsers read as
+    // "/message" and others not.
+    *up.plan.lock().unwrap() = Plan {
+        raw: Some("event: endpoint\ndata: /mess\ndata: age\n\n".into()),
+        ..Plan::default()
+    };
+    let (text, broke) = read_stream(&a, Some(&up.gate)).await;
+    assert!(broke);
+    assert_eq!(text, EVENT_HEAD);
 }
