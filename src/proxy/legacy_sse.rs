@@ -41,7 +41,7 @@ use http::Uri;
 use url::Url;
 
 use crate::crypto::keyring::MasterKey;
-use crate::model::Caller;
+use crate::model::{Caller, Upstream};
 use crate::proxy::error::{PathRule, ProxyError};
 use crate::proxy::route::{is_dot_segment, normalize_sub_path};
 use crate::state::State;
@@ -67,7 +67,7 @@ pub struct Endpoints {
     state: Arc<State>,
     caller: Arc<Caller>,
     connection: String,
-    upstream: Url,
+    upstream: Arc<Upstream>,
 }
 
 /// The MAC's message (each part length-prefixed by `MasterKey::mac`).
@@ -91,7 +91,12 @@ fn message<'a>(
 }
 
 impl Endpoints {
-    pub fn new(state: Arc<State>, caller: Arc<Caller>, connection: &str, upstream: Url) -> Self {
+    pub fn new(
+        state: Arc<State>,
+        caller: Arc<Caller>,
+        connection: &str,
+        upstream: Arc<Upstream>,
+    ) -> Self {
         Endpoints {
             state,
             caller,
@@ -105,8 +110,8 @@ impl Endpoints {
     /// the connection's address, as an absolute path (the client resolves
     /// it against the URL it connected to, on tessera's origin).
     pub fn rewrite(&self, announced: &str) -> Result<String, EndpointError> {
-        let (path, query) = resolve(&self.upstream, announced)?;
-        let origin = self.upstream.origin().ascii_serialization();
+        let (path, query) = resolve(&self.upstream.url, announced)?;
+        let origin = self.upstream.url.origin().ascii_serialization();
         let id = self.caller.id.to_be_bytes();
         let tag = self.state.master_key().mac(&message(
             &id,

@@ -513,7 +513,7 @@ async fn proxy(
             state.clone(),
             caller.clone(),
             r.connection_id,
-            upstream.url.clone(),
+            upstream.clone(),
         ))
     });
     let body = match tool_filter {
