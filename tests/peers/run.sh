@@ -217,6 +217,7 @@ PEERS_URL=$sse_url PEERS_STORED_SECRET=$everything_secret PEERS_SSE_LOG=$sse_log
 PEERS_URL=$fastmcp_url PEERS_STORED_SECRET=$fastmcp_secret \
     run_client ts-sdk-2 "$node" ts2-fastmcp.mjs
 PEERS_FASTMCP_URL=$fastmcp_url PEERS_EVERYTHING_URL=$everything_url PEERS_STORED_SECRET=$fastmcp_secret \
+    PEERS_SSE_URL=$sse_url \
     PEERS_GZIP_URL=$gzip_url PEERS_GZIP_SECRET=$gzip_secret \
     run_client python-sdk-2 "$python" py_client.py
 # The gzip server through tessera: undici's fetch and httpx2 both offer
