@@ -45,6 +45,7 @@ await check("legacy sse: the upstream saw the stored credential on the stream an
 });
 
 await check("legacy sse: another caller's endpoint (a forged tag) is an unknown address", async () => {
+  expect(transport._endpoint?.pathname.includes("/~sse/"), `endpoint ${transport._endpoint}`);
   const forged = new URL(transport._endpoint);
   forged.pathname = forged.pathname.replace(/\/~sse\/[^/]+\//, "/~sse/AAAAAAAAAAAAAAAAAAAAAA/");
   const r = await fetch(forged, {
