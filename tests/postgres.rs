@@ -17,6 +17,8 @@ mod audit;
 mod capacity;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/clients.rs"]
+mod clients;
 #[path = "it/config_file.rs"]
 mod config_file;
 #[path = "it/console.rs"]

@@ -49,7 +49,7 @@ async fn every_decision_is_audited_and_nothing_secret() {
         .send()
         .await
         .unwrap();
-    assert_eq!(wrong.status(), 401);
+    assert_eq!(wrong.status(), 403);
 
     let r = audit_rows(&p).await;
     assert_eq!(r.len(), 3, "{r:#?}");

@@ -7,6 +7,7 @@ mod attack;
 mod audit;
 mod capacity;
 mod cli;
+mod clients;
 mod config_file;
 mod console;
 mod console_views;
