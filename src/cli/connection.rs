@@ -81,7 +81,7 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                 .connection_revoke(&id_or_url)
                 .await?;
             at.say(
-                "connection revoked",
+                format!("connection {} revoked", service::connection_id(&id_or_url)?),
                 serde_json::json!({"revoked": service::connection_id(&id_or_url)?}),
             );
         }
