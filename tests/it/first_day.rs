@@ -145,6 +145,39 @@ fn connection_urls_come_from_the_settings_serve_reads() {
     );
 }
 
+/// With no address given, `connection add` prints the URL the running
+/// `serve` answers on, whatever flags it was started with.
+#[tokio::test]
+async fn connection_urls_default_to_what_serve_answers_on() {
+    let p = Proxy::start(Proxy::dir()).await;
+    register(
+        p.dir.path(),
+        "http://127.0.0.1:1",
+        "gh",
+        "http://127.0.0.1:1/mcp",
+        "a",
+    );
+    let o = tessera(p.dir.path())
+        .env_remove("TESSERA_PUBLIC_URL")
+        .env_remove("TESSERA_LISTEN")
+        .args(["connection", "add", "--caller", "a", "--credential", "gh"])
+        .output()
+        .unwrap();
+    let url = last_line(&o);
+    assert!(
+        url.starts_with(&format!("{}/c/", p.base())),
+        "{url} is not on {}",
+        p.base()
+    );
+    // Given explicitly, the address wins.
+    let o = tessera(p.dir.path())
+        .env_remove("TESSERA_PUBLIC_URL")
+        .args(["connection", "list", "--listen", "localhost:7999"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("http://127.0.0.1:7999/c/"));
+}
+
 #[tokio::test]
 async fn a_caller_is_rotated_updated_revoked_and_restored() {
     let up = Upstream::start().await;
