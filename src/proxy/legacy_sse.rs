@@ -60,14 +60,26 @@ pub enum EndpointError {
     Unreadable,
     #[error("the upstream announced a legacy SSE endpoint whose path breaks tessera's path rule {}", .0.reason().as_str())]
     Path(PathRule),
+    #[error("an endpoint event outside the first event of a stream opened at the connection's address; tessera does not vouch for it")]
+    NotAnnounced,
 }
 
-/// What rewriting an endpoint needs: the key, and who it is bound to.
+/// What rewriting an endpoint needs: the key, who it is bound to, and
+/// whether this answer may announce one at all.
 pub struct Endpoints {
     state: Arc<State>,
     caller: Arc<Caller>,
     connection: String,
     upstream: Arc<Upstream>,
+    /// Only a 2xx `text/event-stream` answer to a GET of the connection's
+    /// address itself is the stream a 2024-11-05 server announces its
+    /// endpoint on. Any other answer (a sub-path's, a POST's) may carry
+    /// text a caller chose (an upstream that echoes a query), and an
+    /// endpoint event in it would mint a tag for any path: it ends the
+    /// stream instead.
+    may_announce: bool,
+    /// The stream's endpoint was announced: a second one ends the stream.
+    announced: bool,
 }
 
 /// The MAC's message (each part length-prefixed by `MasterKey::mac`).
@@ -96,12 +108,15 @@ impl Endpoints {
         caller: Arc<Caller>,
         connection: &str,
         upstream: Arc<Upstream>,
+        may_announce: bool,
     ) -> Self {
         Endpoints {
             state,
             caller,
             connection: connection.to_string(),
             upstream,
+            may_announce,
+            announced: false,
         }
     }
 
@@ -219,7 +234,7 @@ pub fn upstream_uri(
 /// `Ok(None)`: pass it as it is. The fields are read as an `EventSource`
 /// reads them (the last `event` field names the type; `data` fields are
 /// joined with newlines; a byte-order mark at the start is dropped).
-pub fn rewrite_event(event: &[u8], e: &Endpoints) -> Result<Option<Vec<u8>>, EndpointError> {
+pub fn rewrite_event(event: &[u8], e: &mut Endpoints) -> Result<Option<Vec<u8>>, EndpointError> {
     // The type is spelled so in the bytes (SSE has no escapes).
     if memchr::memmem::find(event, b"endpoint").is_none() {
         return Ok(None);
@@ -258,7 +273,11 @@ pub fn rewrite_event(event: &[u8], e: &Endpoints) -> Result<Option<Vec<u8>>, End
         // An event without data is never dispatched.
         return Ok(None);
     }
+    if !e.may_announce || e.announced {
+        return Err(EndpointError::NotAnnounced);
+    }
     let new = e.rewrite(&data.join("\n"))?;
+    e.announced = true;
     Ok(Some(crate::proxy::response::tool_list::with_data(
         &lines,
         new.as_bytes(),

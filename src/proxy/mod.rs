@@ -318,7 +318,10 @@ async fn proxy(
         entities: &snap.entities,
         revision: snap.revision,
         http_method: &parts.method,
-        path: &r.sub_path,
+        // A POST to an announced endpoint: the path the upstream announced
+        // (on its origin), not the tag that vouches for it, so that a
+        // policy on paths reads what the upstream is sent.
+        path: announced.as_ref().map_or(&r.sub_path[..], |u| u.path()),
         rpc_method: None,
         tool: None,
         arguments: None,
@@ -514,6 +517,7 @@ async fn proxy(
             caller.clone(),
             r.connection_id,
             upstream.clone(),
+            get_stream && r.sub_path.is_empty() && event_stream && parts.status.is_success(),
         ))
     });
     let body = match tool_filter {

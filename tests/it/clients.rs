@@ -535,3 +535,80 @@ async fn endpoint_events_are_read_as_an_event_source_reads_them() {
     assert!(broke);
     assert_eq!(text, EVENT_HEAD);
 }
+
+/// Only the stream a 2024-11-05 server opens at the connection's address
+/// announces an endpoint, once. An `endpoint` event anywhere else (the
+/// answer to a sub-path, which may echo text a caller chose) or a second
+/// one would mint a tag for a path the upstream never announced: the
+/// stream ends before it (found by the attack review).
+#[tokio::test]
+async fn an_endpoint_is_announced_only_on_the_address_stream_and_once() {
+    let up = LegacyServer::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("legacy", &up.url("/sse"), "agent").await;
+    up.plan("/admin/secret?x=1", 0, None);
+    let elsewhere = Agent {
+        token: a.token.clone(),
+        url: format!("{}/echo", a.url),
+    };
+    let (text, broke) = read_stream(&elsewhere, Some(&up.gate)).await;
+    assert!(broke, "{text:?}");
+    assert_eq!(text, EVENT_HEAD);
+
+    // Two endpoint events, one frame each: the first is rewritten, the
+    // second ends the stream.
+    let first = endpoint_event("/message?sessionId=1");
+    *up.plan.lock().unwrap() = Plan {
+        at: first.len(),
+        raw: Some(format!("{first}{}", endpoint_event("/admin/secret"))),
+        ..Plan::default()
+    };
+    let (text, broke) = read_stream(&a, Some(&up.gate)).await;
+    assert!(broke, "{text:?}");
+    assert!(
+        announced(&text).ends_with("/message?sessionId=1"),
+        "{text:?}"
+    );
+    assert!(!text.contains("admin"), "{text:?}");
+    assert!(up.posts.lock().unwrap().is_empty());
+}
+
+/// Policies read a POST to an announced endpoint at the path the
+/// upstream announced, not at the tag that vouches for it: a policy on
+/// paths holds for the legacy transport too (found by the attack review).
+#[tokio::test]
+async fn policies_see_the_announced_path() {
+    let up = LegacyServer::start().await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let default = std::fs::read_to_string(root.join("default.cedar")).unwrap();
+    let no_admin = r#"@id("no-admin")
+forbid (principal, action, resource) when { context.path like "/admin*" };"#;
+    let policies = tessera::authz::cedar::Policies::from_texts(
+        "test",
+        None,
+        vec![
+            ("default.cedar".into(), default),
+            ("no-admin.cedar".into(), no_admin.into()),
+        ],
+    )
+    .unwrap();
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, policies).await;
+    let a = p.agent("legacy", &up.url("/sse"), "agent").await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for (ep, status) in [("/admin/x?sessionId=1", 403), ("/message?sessionId=1", 202)] {
+        up.plan(ep, 0, None);
+        let (text, _) = read_stream(&a, Some(&up.gate)).await;
+        let endpoint = format!("{}{}", p.base(), announced(&text));
+        let r = client()
+            .post(&endpoint)
+            .bearer_auth(&a.token)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{ep}");
+    }
+    let posts = up.posts.lock().unwrap();
+    assert_eq!(posts.len(), 1);
+    assert!(posts[0].0.starts_with("/message"), "{posts:?}");
+}

@@ -328,7 +328,7 @@ fn names_tools(b: &[u8]) -> bool {
 fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, ListError> {
     // An `endpoint` event names a URL, not JSON: rewritten, and nothing
     // else is read of it.
-    if let Some(e) = &f.endpoints {
+    if let Some(e) = &mut f.endpoints {
         if let Some(out) = crate::proxy::legacy_sse::rewrite_event(event, e)? {
             return Ok(Some(out));
         }
