@@ -351,7 +351,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 
 /// Validate a public URL: http(s), a host, no path beyond `/`, no query.
 pub fn parse_public_url(s: &str) -> Result<Url, ConfigError> {
-    let err = || ConfigError::PublicUrl(s.to_string());
+    let err = || ConfigError::PublicUrl(crate::wire::query::shown_str(s));
     let u = Url::parse(s.trim_end_matches('/')).map_err(|_| err())?;
     let ok = matches!(u.scheme(), "http" | "https")
         && u.host().is_some()
@@ -365,7 +365,7 @@ pub fn parse_public_url(s: &str) -> Result<Url, ConfigError> {
 
 /// Normalise an origin to `scheme://host[:port]`, lowercase.
 fn parse_origin(s: &str) -> Result<String, ConfigError> {
-    let err = || ConfigError::Origin(s.to_string());
+    let err = || ConfigError::Origin(crate::wire::query::shown_str(s));
     let u = Url::parse(s).map_err(|_| err())?;
     if u.path() != "/" || u.query().is_some() || u.host().is_none() {
         return Err(err());
@@ -478,7 +478,7 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
             url: Url::parse(u)
                 .ok()
                 .filter(|x| matches!(x.scheme(), "http" | "https") && x.host().is_some())
-                .ok_or_else(|| ConfigError::AuthorizerUrl(u.to_string()))?,
+                .ok_or_else(|| ConfigError::AuthorizerUrl(crate::wire::query::shown_str(u)))?,
             timeout: ms(raw.authorizer_timeout_ms, "--authorizer-timeout-ms")?,
             on_failure: match raw.authorizer_failure.as_str() {
                 "deny" => OnFailure::Deny,

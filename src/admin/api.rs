@@ -105,6 +105,7 @@ impl From<AdminError> for ApiError {
             | A::BadScheme(_)
             | A::NotForScheme(..)
             | A::NothingToChange
+            | A::Refused(_)
             | A::Policies(_) => StatusCode::UNPROCESSABLE_ENTITY,
         };
         if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -600,6 +601,10 @@ pub struct CredentialPatch {
     scopes: Option<Vec<String>>,
     /// Scheme `oauth2` only: the audience ("" removes it).
     audience: Option<String>,
+    /// A new secret (not `oauth2`): required to move the upstream to
+    /// another origin.
+    #[schema(value_type = Option<String>, format = Password, min_length = 1)]
+    secret: Option<SecretString>,
 }
 
 /// Change a credential's upstream URL or scheme options (the secret has its
@@ -615,16 +620,20 @@ async fn update_credential(
     Body(c): Body<CredentialPatch>,
 ) -> ApiResult<StatusCode> {
     service::Admin::new(&s.store, &actor)
-        .credential_update(service::CredentialChange {
-            name: &name,
-            egress: s.config.egress,
-            upstream: c.upstream.as_deref(),
-            header_name: c.header_name.as_deref(),
-            username: c.username.as_deref(),
-            token_url: c.token_url.as_deref(),
-            scopes: c.scopes,
-            audience: c.audience.as_deref(),
-        })
+        .credential_update(
+            s.master_key(),
+            service::CredentialChange {
+                name: &name,
+                egress: s.config.egress,
+                upstream: c.upstream.as_deref(),
+                header_name: c.header_name.as_deref(),
+                username: c.username.as_deref(),
+                token_url: c.token_url.as_deref(),
+                scopes: c.scopes,
+                audience: c.audience.as_deref(),
+                secret: c.secret.filter(|s| !s.expose_secret().is_empty()),
+            },
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -22,7 +22,9 @@ pub enum AdminError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Credential(#[from] crate::credentials::CredentialError),
-    #[error("invalid name {0:?}: use 1 to 64 letters, digits, '.', '_' or '-'")]
+    // Not echoed: a token pasted where a name belongs would be shown and
+    // kept in the admin audit.
+    #[error("invalid name: use 1 to 64 letters, digits, '.', '_' or '-'")]
     BadName(String),
     #[error("invalid upstream URL {0:?}: {1}")]
     BadUpstream(String, &'static str),
@@ -42,6 +44,8 @@ pub enum AdminError {
     BadUses(i64),
     #[error("nothing to change")]
     NothingToChange,
+    #[error("{0}")]
+    Refused(&'static str),
     #[error("{0} does not apply to a credential of scheme {1}")]
     NotForScheme(&'static str, &'static str),
     // The value is not shown: a secret pasted in its place would be echoed
@@ -180,10 +184,14 @@ impl<'a> Admin<'a> {
         .await
     }
 
-    pub async fn credential_update(&self, change: CredentialChange<'_>) -> Result<(), AdminError> {
+    pub async fn credential_update(
+        &self,
+        key: &MasterKey,
+        change: CredentialChange<'_>,
+    ) -> Result<(), AdminError> {
         let name = change.name;
         self.record(Action::CredentialUpdate, name, async |s| {
-            credential_update(s, change).await
+            credential_update(s, key, change).await
         })
         .await
     }
@@ -616,23 +624,8 @@ fn without_userinfo(s: &str) -> String {
             return format!("{u}{}", hidden(had));
         }
     }
-    // Unparsed: drop everything between the scheme and the last '@' of the
-    // authority, and the query.
-    let (scheme, rest) = s.split_once("://").unwrap_or(("", s));
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let host = match rest[..end].rfind('@') {
-        Some(at) => &rest[at + 1..],
-        None => rest,
-    };
-    let (host, had) = match host.find(['?', '#']) {
-        Some(q) => (&host[..q], true),
-        None => (host, false),
-    };
-    if scheme.is_empty() {
-        format!("{host}{}", hidden(had))
-    } else {
-        format!("{scheme}://{host}{}", hidden(had))
-    }
+    // Unparsed: not shown (it may be a secret pasted in place of a URL).
+    "(not shown)".to_string()
 }
 
 /// Validate an upstream URL: absolute http(s) with a host, no credentials
@@ -758,6 +751,11 @@ pub struct CredentialChange<'a> {
     pub token_url: Option<&'a str>,
     pub scopes: Option<Vec<String>>,
     pub audience: Option<&'a str>,
+    /// A new secret (static schemes), replacing the stored one. Required
+    /// to move the upstream to another origin: without it, whoever may
+    /// change a credential could send its stored secret to a host of their
+    /// choosing, and an admin could read back a secret it never held.
+    pub secret: Option<SecretString>,
 }
 
 impl CredentialChange<'_> {
@@ -769,11 +767,13 @@ impl CredentialChange<'_> {
             && self.token_url.is_none()
             && self.scopes.is_none()
             && self.audience.is_none()
+            && self.secret.is_none()
     }
 }
 
 pub(super) async fn credential_update(
     store: &Store,
+    key: &MasterKey,
     c: CredentialChange<'_>,
 ) -> Result<(), AdminError> {
     if c.is_empty() {
@@ -789,13 +789,42 @@ pub(super) async fn credential_update(
             name: c.name.to_string(),
         })?;
     let upstream = match c.upstream {
-        Some(u) => {
-            let url = check_upstream(u)?;
-            check_egress(c.egress, "upstream URL", &url).await?;
-            Some(url.to_string())
-        }
+        Some(u) => Some(check_upstream(u)?),
         None => None,
     };
+    // Where the stored secrets are sent may change only with them: a new
+    // origin takes a new secret given in the same change; an OAuth
+    // credential's secrets are bound to its token endpoint and resource.
+    let origin_of = |u: &str| Url::parse(u).map(|u| u.origin()).ok();
+    let moved = upstream
+        .as_ref()
+        .is_some_and(|u| Some(u.origin()) != origin_of(&row.upstream));
+    if let Some(doc) = &row.oauth {
+        let token_origin = serde_json::from_str::<crate::credentials::oauth::OAuthConfig>(doc)
+            .ok()
+            .map(|c| c.token_url.origin());
+        let token_moved = c
+            .token_url
+            .is_some_and(|t| origin_of(t).is_none() || origin_of(t) != token_origin);
+        if moved || token_moved {
+            return Err(AdminError::Refused(
+                "an OAuth credential's secrets stay with the origins they were issued for: add a new credential for another upstream or token endpoint",
+            ));
+        }
+        if c.secret.is_some() {
+            return Err(AdminError::Refused(
+                "an OAuth credential's secrets change with `credential set-secret`",
+            ));
+        }
+    } else if moved && c.secret.is_none() {
+        return Err(AdminError::Refused(
+            "moving a credential to another origin sends its secret there: give the secret again in the same change (--secret-env or --secret-stdin; \"secret\" in the admin API)",
+        ));
+    }
+    if let Some(url) = &upstream {
+        check_egress(c.egress, "upstream URL", url).await?;
+    }
+    let upstream = upstream.map(|u| u.to_string());
     let scheme = match row.oauth {
         Some(_) => "oauth2",
         None => row.scheme.as_str(),
@@ -831,14 +860,19 @@ pub(super) async fn credential_update(
         }
         (_, false) => None,
     };
-    // The same checks as at registration, on a stand-in secret.
+    // The same checks as at registration (on a stand-in secret when the
+    // secret stays).
     let stand_in = SecretString::from("x".to_string());
     injection(
         row.scheme,
         c.header_name.or(row.header_name.as_deref()),
         c.username.or(row.username.as_deref()),
-        &stand_in,
+        c.secret.as_ref().unwrap_or(&stand_in),
     )?;
+    let sealed = c
+        .secret
+        .as_ref()
+        .map(|s| key.seal(&Sealed::Credential.aad(c.name), s));
     let header_name = c.header_name.map(str::to_ascii_lowercase);
     Ok(store
         .update_credential(crate::store::model::CredentialUpdate {
@@ -847,6 +881,10 @@ pub(super) async fn credential_update(
             header_name: header_name.as_deref(),
             username: c.username,
             oauth: oauth.as_deref(),
+            sealed: sealed.as_deref(),
+            // A cached access token goes with any change of an OAuth
+            // credential's settings or upstream.
+            drop_token: oauth.is_some() || (row.oauth.is_some() && upstream.is_some()),
         })
         .await?)
 }

@@ -122,12 +122,5 @@ pub(crate) fn redact_setting(key: &str, value: &str) -> String {
             Err(_) => "(unreadable; not shown)".to_string(),
         };
     }
-    match url::Url::parse(value) {
-        Ok(mut u) if u.password().is_some() || !u.username().is_empty() => {
-            let _ = u.set_username("***");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        _ => value.to_string(),
-    }
+    tessera::wire::query::shown_str(value)
 }

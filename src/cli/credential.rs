@@ -177,6 +177,10 @@ pub(crate) enum CredentialCmd {
         /// A new audience; "" removes it (oauth2 credentials).
         #[arg(long)]
         audience: Option<String>,
+        /// A new secret (bearer, basic and header credentials): required
+        /// to move --upstream to another origin.
+        #[command(flatten)]
+        secret: SecretSource,
         #[command(flatten)]
         egress: EgressArgs,
     },
@@ -239,8 +243,10 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             token_url,
             scopes,
             audience,
+            secret,
             egress,
         } => {
+            let key = existing_master_key(&at.data_dir, &store).await?;
             let change = service::CredentialChange {
                 name: &name,
                 egress: egress.egress(),
@@ -250,11 +256,14 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
                 token_url: token_url.as_deref(),
                 scopes: (!scopes.is_empty()).then_some(scopes),
                 audience: audience.as_deref(),
+                secret: secret.given().then(|| secret.read()).transpose()?,
             };
             if change.is_empty() {
                 bail!("nothing to change: give --upstream, --header-name, --username, --token-url, --scope or --audience");
             }
-            Admin::new(&store, CLI).credential_update(change).await?;
+            Admin::new(&store, CLI)
+                .credential_update(&key, change)
+                .await?;
             at.say(
                 format!("credential {name} updated"),
                 serde_json::json!({"updated": name}),

@@ -319,7 +319,7 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
                 e.exit()
             }
             let note = value_source_note(&e, &cmd, &from_file);
-            let text = hide_secrets(e.render().to_string().trim());
+            let text = hide_secrets(&e, e.render().to_string().trim());
             let text = text.strip_prefix("error: ").unwrap_or(&text);
             if json_requested() {
                 // The message alone: the usage lines are for a person.

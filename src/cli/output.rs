@@ -31,24 +31,31 @@ pub(crate) fn report_error(message: &str, json: bool) {
     }
 }
 
-/// A command-line error with every quoted value that looks like a secret
-/// hidden: a token pasted where a flag or a variable's name belongs
-/// (`--secret-stdin "$TOKEN"`) is echoed by the parser as "unexpected
-/// argument '…'", and an error goes to logs and terminals.
-pub(crate) fn hide_secrets(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut parts = text.split('\'');
-    out.push_str(parts.next().unwrap_or_default());
-    for (i, part) in parts.enumerate() {
-        out.push('\'');
-        // Odd pieces are inside quotes. A stray value the parser did not
-        // expect (`--secret-stdin "$TOKEN"`) is hidden whatever it looks
-        // like; a flag's name is shown.
-        let stray = out.ends_with("unexpected argument '") && !part.starts_with('-');
-        if i % 2 == 0 && (stray || looks_secret(part)) {
-            out.push_str("[not shown: it looks like a secret]");
-        } else {
-            out.push_str(part);
+/// A command-line error without the values that may be secrets: a stray
+/// value the parser did not expect (`--secret-stdin "$TOKEN"`, echoed as
+/// "unexpected argument '…'") whatever it looks like, and a refused value
+/// shaped like a token. The values come from the error's own context, not
+/// from the text (a quote inside a value cannot split it), and every
+/// occurrence in the text is replaced.
+pub(crate) fn hide_secrets(e: &clap::Error, text: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    const SHOWN: &str = "[not shown: it may be a secret]";
+    let mut out = text.to_string();
+    for (kind, value) in e.context() {
+        let value = match value {
+            ContextValue::String(v) => v.as_str(),
+            _ => continue,
+        };
+        let hide = match kind {
+            ContextKind::InvalidArg => {
+                matches!(e.kind(), clap::error::ErrorKind::UnknownArgument)
+                    && !value.starts_with('-')
+            }
+            ContextKind::InvalidValue => looks_secret(value),
+            _ => false,
+        };
+        if hide && !value.is_empty() {
+            out = out.replace(value, SHOWN);
         }
     }
     out
@@ -178,24 +185,43 @@ mod tests {
 
     #[test]
     fn a_pasted_token_is_hidden_from_a_parse_error() {
-        let short = super::hide_secrets("error: unexpected argument 'hunter2pass' found");
-        assert!(!short.contains("hunter2pass"), "{short}");
-        let pasted = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
-        let e = format!("error: unexpected argument '{pasted}' found\n\nUsage: tessera credential add [OPTIONS] --upstream <UPSTREAM> <NAME>");
-        let shown = super::hide_secrets(&e);
-        assert!(!shown.contains(pasted), "{shown}");
-        assert!(
-            shown.contains("'[not shown: it looks like a secret]'"),
-            "{shown}"
-        );
-        for kept in [
-            "error: invalid value 'maybe' for '--allow-private-upstreams'",
-            "error: unexpected argument '--secret' found",
-            "error: invalid value 'http://127.0.0.1:7470/c/abc123def456ghi789' for '--public-url <PUBLIC_URL>'",
-            "error: invalid value 'localhost:99999' for '--listen <LISTEN>'",
+        use clap::{Arg, ArgAction, Command};
+        let cmd = || {
+            Command::new("t")
+                .arg(
+                    Arg::new("stdin")
+                        .long("secret-stdin")
+                        .action(ArgAction::SetTrue),
+                )
+                .arg(
+                    Arg::new("scheme")
+                        .long("scheme")
+                        .value_parser(["bearer", "basic"]),
+                )
+        };
+        for (args, pasted) in [
+            (vec!["t", "--secret-stdin", "hunter2pass"], "hunter2pass"),
+            (
+                vec!["t", "--secret-stdin", "ab'cdef1234567890XYZabcQQ"],
+                "cdef1234567890",
+            ),
+            (
+                vec!["t", "--scheme", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"],
+                "16C7e42F",
+            ),
         ] {
-            assert_eq!(super::hide_secrets(kept), kept);
+            let e = cmd().try_get_matches_from(args).unwrap_err();
+            let shown = super::hide_secrets(&e, &e.render().to_string());
+            assert!(!shown.contains(pasted), "{shown}");
+            assert!(shown.contains("not shown"), "{shown}");
         }
+        // A flag's name and an ordinary refused value stay.
+        let e = cmd()
+            .try_get_matches_from(["t", "--scheme", "digest"])
+            .unwrap_err();
+        assert!(super::hide_secrets(&e, &e.render().to_string()).contains("'digest'"));
+        let e = cmd().try_get_matches_from(["t", "--secret"]).unwrap_err();
+        assert!(super::hide_secrets(&e, &e.render().to_string()).contains("'--secret'"));
     }
 
     #[test]

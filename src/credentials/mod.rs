@@ -19,7 +19,9 @@ pub enum CredentialError {
     MissingHeaderName,
     #[error("--scheme basic needs --username")]
     MissingUsername,
-    #[error("invalid header name {0:?}")]
+    // The value is not shown: a secret pasted in its place would be echoed
+    // and kept in the admin audit.
+    #[error("invalid header name: use letters, digits and - (as X-Api-Key)")]
     BadHeaderName(String),
     #[error("header {0:?} cannot carry an upstream credential: tessera strips or sets it itself")]
     ReservedHeaderName(String),

@@ -60,13 +60,14 @@ impl Store {
         let r = sqlx::query(
             "UPDATE credentials SET upstream = COALESCE($1, upstream),
                  header_name = COALESCE($2, header_name), username = COALESCE($3, username),
-                 oauth = COALESCE($4, oauth)
-             WHERE name = $5",
+                 oauth = COALESCE($4, oauth), sealed = COALESCE($5, sealed)
+             WHERE name = $6",
         )
         .bind(c.upstream)
         .bind(c.header_name)
         .bind(c.username)
         .bind(c.oauth)
+        .bind(c.sealed)
         .bind(c.name)
         .execute(&mut *tx)
         .await?;
@@ -76,7 +77,7 @@ impl Store {
                 name: c.name.to_string(),
             });
         }
-        if c.oauth.is_some() {
+        if c.drop_token {
             sqlx::query("DELETE FROM oauth_tokens WHERE credential = $1")
                 .bind(c.name)
                 .execute(&mut *tx)

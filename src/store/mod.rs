@@ -167,6 +167,9 @@ impl std::fmt::Display for DatabaseUrl {
         if shown.password().is_some() {
             let _ = shown.set_password(Some("***"));
         }
+        // The user name is kept (it says who connects); a password in the
+        // query (`?password=`) is masked like the one in the authority.
+        crate::wire::query::mask_query(&mut shown);
         f.write_str(shown.as_str())
     }
 }

@@ -254,8 +254,12 @@ pub struct CredentialUpdate<'a> {
     pub upstream: Option<&'a str>,
     pub header_name: Option<&'a str>,
     pub username: Option<&'a str>,
-    /// The OAuth settings document, whole; its cached token is dropped.
+    /// The OAuth settings document, whole.
     pub oauth: Option<&'a str>,
+    /// A new sealed secret.
+    pub sealed: Option<&'a [u8]>,
+    /// Drop the cached OAuth access token.
+    pub drop_token: bool,
 }
 
 /// New credential fields, with the secret already sealed.

@@ -266,13 +266,30 @@ async fn a_credential_is_updated_and_removed() {
     assert_eq!(call().await.unwrap().status(), 200);
     assert_eq!(up.seen().len(), 1);
 
-    // A new upstream URL: the next requests go there.
+    // A new upstream URL on another origin: only with the secret given
+    // again (else whoever may change it could send the stored secret to a
+    // host of their choosing); then the next requests go there.
     let o = p.cli(&[
         "credential",
         "update",
         "gh",
         "--upstream",
         &other.url("/mcp"),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("give the secret again"),
+        "{}",
+        stderr(&o)
+    );
+    let o = p.cli(&[
+        "credential",
+        "update",
+        "gh",
+        "--upstream",
+        &other.url("/mcp"),
+        "--secret-env",
+        "TEST_SECRET",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     within(Duration::from_secs(1), || async {
@@ -347,6 +364,26 @@ async fn the_admin_api_has_the_same_lifecycle() {
     let (s, v) = req(M::PATCH, "/v1/credentials/gh", Some(patch)).await;
     assert_eq!(s, 422, "{v}");
     let patch = json!({"upstream": up.url("/mcp2")});
+    assert_eq!(
+        req(M::PATCH, "/v1/credentials/gh", Some(patch)).await.0,
+        204
+    );
+    // Another origin only with the secret (never echoed back).
+    let elsewhere = "http://127.0.0.1:1/mcp";
+    let patch = json!({"upstream": elsewhere});
+    let (s, v) = req(M::PATCH, "/v1/credentials/gh", Some(patch)).await;
+    assert_eq!(s, 422, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("give the secret again"),
+        "{v}"
+    );
+    let patch = json!({"upstream": elsewhere, "secret": "new-secret-value-1"});
+    let (s, v) = req(M::PATCH, "/v1/credentials/gh", Some(patch)).await;
+    assert_eq!(s, 204, "{v}");
+    let patch = json!({"upstream": up.url("/mcp2"), "secret": SECRET});
     assert_eq!(
         req(M::PATCH, "/v1/credentials/gh", Some(patch)).await.0,
         204

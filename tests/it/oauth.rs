@@ -901,6 +901,12 @@ async fn updated_oauth_settings_ask_for_a_new_token() {
     );
     let o = p.cli(&["credential", "update", "saas", "--token-url", "ftp://x"]);
     assert!(!o.status.success());
+    // Its secrets stay with the origins they were issued for.
+    for flag in ["--token-url", "--upstream"] {
+        let o = p.cli(&["credential", "update", "saas", flag, "http://127.0.0.1:1/t"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("stay with the origins"), "{flag}: {err}");
+    }
     assert_eq!(call(&a).await.0, 200);
     assert_eq!(auth.token_requests(), 2);
 }
