@@ -38,6 +38,8 @@ const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 const MAX_SESSIONS: usize = 1024;
 /// Pending approvals shown on one page; the page links to the next.
 const PAGE: i64 = 100;
+/// The console page reloads itself this often (seconds).
+const REFRESH_S: u32 = 15;
 
 /// One signed-in browser.
 struct Session {
@@ -283,7 +285,10 @@ async fn decide(
                 .approval_grant(&id, "10m", 1)
                 .await
         }
-        "deny" => service::Admin::new(store, &admin).approval_deny(&id).await,
+        "deny" => service::Admin::new(store, &admin)
+            .approval_deny(&id)
+            .await
+            .map(drop),
         _ => return (StatusCode::NOT_FOUND, "no such decision").into_response(),
     };
     match done {
@@ -340,7 +345,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
     } = view;
     let store = &c.state.store;
     let (mut pending, recent) = match (
-        store.approvals_page(false, before, PAGE + 1).await,
+        service::approvals(store, Some(c.state.master_key()), false, before, PAGE + 1).await,
         store
             .audit(&crate::store::model::AuditQuery {
                 caller: None,
@@ -352,7 +357,13 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             .await,
     ) {
         (Ok(p), Ok(a)) => (p, a),
-        (Err(e), _) | (_, Err(e)) => {
+        (Err(e), _) => {
+            tracing::error!(error = %e, "console: the store failed");
+            let body =
+                "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
+            return html(StatusCode::SERVICE_UNAVAILABLE, &layout("Approvals", body));
+        }
+        (_, Err(e)) => {
             tracing::error!(error = %e, "console: the store failed");
             let body =
                 "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
@@ -379,7 +390,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         b.push_str("<p id=none>No calls are waiting for approval.</p>");
     } else {
         b.push_str(
-            "<table id=pending><tr><th>Asked</th><th>Caller</th><th>Connection</th><th>Method</th>\
+            "<table id=pending><tr><th>Approval</th><th>Asked</th><th>Expires</th><th>Caller</th><th>Connection</th><th>Method</th>\
              <th>Tool</th><th>Path and query</th><th>Session</th><th>Params</th><th>Why</th><th></th></tr>",
         );
         for a in &pending {
@@ -411,7 +422,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             let id = esc(&a.id);
             let _ = write!(
                 b,
-                "<tr data-approval=\"{id}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>\
+                "<tr data-approval=\"{id}\"><td><code>{id}</code></td><td>{}</td><td class=expires>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>\
                  <td><b>{}</b></td><td>{target}</td><td>{session}</td><td>{params}</td><td>{}</td><td class=actions>\
                  <form class=inline method=post action=\"/ui/approvals/{id}/grant\">\
                  <input type=hidden name=csrf value=\"{csrf}\"><button type=submit class=grant>Grant</button></form> \
@@ -419,6 +430,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
                  <input type=hidden name=csrf value=\"{csrf}\"><button type=submit class=deny>Deny</button></form>\
                  </td></tr>",
                 time(a.created_at),
+                a.expires_at.map_or_else(|| "-".to_string(), time),
                 esc(&a.key.caller),
                 esc(&a.key.connection.chars().take(8).collect::<String>()),
                 esc(&a.key.rpc_method),
@@ -465,7 +477,14 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         );
     }
     b.push_str("</table>");
-    html(status, &layout("Approvals", &b))
+    // The list of waiting calls refreshes itself while nothing is wrong
+    // (a meta refresh: no script, so the CSP stays `default-src 'none'`).
+    let head = if status == StatusCode::OK && error.is_none() {
+        format!("<meta http-equiv=refresh content={REFRESH_S}>")
+    } else {
+        String::new()
+    };
+    html(status, &layout_with("Approvals", &head, &b))
 }
 
 fn time(ms: i64) -> String {
@@ -495,8 +514,13 @@ fn html(status: StatusCode, body: &str) -> Response {
 }
 
 fn layout(title: &str, body: &str) -> String {
+    layout_with(title, "", body)
+}
+
+/// The page around `body`, with `head` (more of the head: a refresh).
+fn layout_with(title: &str, head: &str, body: &str) -> String {
     format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8>\
+        "<!doctype html><html lang=en><head><meta charset=utf-8>{head}\
          <meta name=viewport content=\"width=device-width, initial-scale=1\">\
          <title>{t} · tessera</title><style>\
          body{{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:75rem;padding:0 1rem;color:#1b1b1b}}\

@@ -292,7 +292,8 @@ async fn the_console_pages_through_every_pending_approval() {
                     tool: format!("write_{i}"),
                     arguments_sha256: String::new(),
                 },
-                arguments: None,
+                expires_at: i64::MAX,
+                sealed_call: None,
                 reason: None,
                 shown: Default::default(),
             })
