@@ -204,7 +204,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestP
         title = "tessera admin API",
         description = "Manage a tessera credential-holding MCP proxy: credentials, callers, connections, approvals, policies and the audit trail."
     ),
-    modifiers(&BearerAuth, &Roles),
+    modifiers(&BearerAuth),
     security(("admin_token" = []))
 )]
 struct ApiDoc;
@@ -321,6 +321,9 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .split_for_parts();
+    // On the whole document: the paths exist only now.
+    let mut doc = doc;
+    utoipa::Modify::modify(&Roles, &mut doc);
     let doc = Arc::new(doc);
     v1.route(
         "/openapi.json",
