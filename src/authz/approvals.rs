@@ -408,7 +408,10 @@ pub async fn hold(state: &crate::state::State, held: &[Held]) -> Result<Vec<Sett
         tokio::select! {
             r = changes.changed() => if r.is_err() { return Ok(last) },
             () = tokio::time::sleep_until(deadline) => return Ok(last),
-            () = &mut draining => return Ok(last),
+            () = &mut draining => {
+                tracing::info!("a held call stopped waiting for a decision: shutting down");
+                return Ok(last);
+            }
         }
         last = once().await?.settled;
         if !waits(&last) {

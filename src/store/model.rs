@@ -418,7 +418,52 @@ pub struct StoredOAuth {
 
 #[cfg(test)]
 mod tests {
-    use super::Sealed;
+    use super::{Decision, Sealed, Status};
+
+    /// The whole transition table: every (state, decision) pair.
+    #[test]
+    fn approval_states_move_only_as_the_table_says() {
+        use Decision::*;
+        use Status::*;
+        let all = [Pending, Granted, Denied, Used, Expired, Revoked];
+        let allowed = [
+            (Pending, Grant, Granted),
+            (Pending, Deny, Denied),
+            (Granted, Deny, Revoked),
+            (Granted, Revoke, Revoked),
+        ];
+        for from in all {
+            for d in [Grant, Deny, Revoke] {
+                let want = allowed
+                    .iter()
+                    .find(|(f, dd, _)| *f == from && *dd == d)
+                    .map(|t| t.2);
+                match (from.next(d, "ap_x"), want) {
+                    (Ok(to), Some(w)) => assert_eq!(to, w),
+                    (Err(e), None) => {
+                        let m = e.to_string();
+                        assert!(
+                            m.starts_with(&format!("approval ap_x is {}: ", from.as_str())),
+                            "{m}"
+                        );
+                    }
+                    (got, want) => panic!("{from:?} {d:?}: {got:?}, want {want:?}"),
+                }
+            }
+        }
+        assert!(Denied
+            .next(Grant, "a")
+            .unwrap_err()
+            .why
+            .contains("a denial stands"));
+        // Time and use move states too.
+        assert_eq!(Pending.at(Some(10), None, 10), Expired);
+        assert_eq!(Pending.at(Some(11), None, 10), Pending);
+        assert_eq!(Granted.at(Some(11), Some(0), 10), Used);
+        assert_eq!(Granted.at(Some(10), Some(1), 10), Expired);
+        assert_eq!(Denied.at(Some(1), None, 10), Denied);
+        assert_eq!(Pending.at(None, None, 10), Pending);
+    }
     use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 
     #[test]

@@ -444,6 +444,14 @@ async fn a_waiting_call_ends_cleanly_at_sigterm() {
         .unwrap()
         .unwrap();
     assert!(exit.success(), "{exit:?}");
+    s.read_to_end().await;
+    // It was still waiting when told to stop.
+    assert!(
+        s.log
+            .contains("a held call stopped waiting for a decision: shutting down"),
+        "{}",
+        s.log
+    );
     assert!(up.seen().is_empty());
 }
 
@@ -536,4 +544,64 @@ async fn an_approver_token_decides_approvals_and_nothing_else() {
         .ends_with("Roles: admin, approver."));
     assert!(op("/v1/approvals/{id}", "get").is_object());
     assert!(op("/healthz", "get")["responses"]["403"].is_null());
+}
+
+/// The new settings come from a flag, the environment or the settings
+/// file like every other; `config check` never shows a webhook's path
+/// (often its secret).
+#[tokio::test]
+async fn the_approval_settings_are_read_like_the_others() {
+    let dir = Proxy::dir();
+    let file = dir.path().join("t.toml");
+    std::fs::write(&file, "approval-ttl = \"2h\"\napproval-wait-ms = 1500\n").unwrap();
+    let o = tessera(dir.path())
+        .args(["--config", file.to_str().unwrap(), "config", "check"])
+        .env(
+            "TESSERA_APPROVAL_WEBHOOK",
+            "https://hooks.example/T0/sekrit-path",
+        )
+        .output()
+        .unwrap();
+    let out = ok(o);
+    let line = |k: &str| {
+        out.lines()
+            .find(|l| l.starts_with(k))
+            .unwrap_or_else(|| panic!("no {k}: {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("approval-ttl"), ["approval-ttl", "2h", "(file)"]);
+    assert_eq!(
+        line("approval-wait-ms"),
+        ["approval-wait-ms", "1500", "(file)"]
+    );
+    assert_eq!(
+        line("approval-webhook"),
+        ["approval-webhook", "https://hooks.example/***", "(env)"]
+    );
+    assert!(!out.contains("sekrit"), "{out}");
+    let o = tessera(dir.path())
+        .args(["config", "check", "--approval-ttl", "soon"])
+        .output()
+        .unwrap();
+    assert!(refused(o).contains("--approval-ttl \"soon\""));
+    let o = tessera(dir.path())
+        .args(["config", "check", "--approval-webhook", "ftp://x/sekrit"])
+        .output()
+        .unwrap();
+    let e = refused(o);
+    assert!(
+        e.contains("--approval-webhook") && !e.contains("sekrit"),
+        "{e}"
+    );
+    // The defaults: a day, no wait, no webhook.
+    let out = ok(tessera(dir.path())
+        .args(["config", "check"])
+        .output()
+        .unwrap());
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("approval-ttl") && l.contains("24h")),
+        "{out}"
+    );
 }
