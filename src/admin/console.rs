@@ -68,6 +68,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: Arc<State>) -> Router<S> 
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/approvals/{id}/{decision}", post(decide))
+        .route("/ui/{view}", get(objects))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(console)
 }
@@ -100,6 +101,11 @@ impl Console {
     /// The session this request's cookie names, if it is live and its
     /// admin token still is.
     async fn session(&self, headers: &HeaderMap) -> Option<(String, String)> {
+        self.signed_in(headers).await.map(|s| (s.admin, s.csrf))
+    }
+
+    /// [`Console::session`] with the admin token's role.
+    async fn signed_in(&self, headers: &HeaderMap) -> Option<SignedIn> {
         let id = cookie(headers)?;
         let (admin, digest, csrf) = {
             let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -108,8 +114,12 @@ impl Console {
             let v = s.get(id)?;
             (v.admin.clone(), v.token_sha256, v.csrf.clone())
         };
-        match self.state.store.admin_token_by_digest(&digest).await {
-            Ok(Some(name)) if name == admin => Some((admin, csrf)),
+        match self.state.store.admin_token_role(&digest).await {
+            Ok(Some((name, role))) if name == admin => Some(SignedIn {
+                admin,
+                csrf,
+                admin_role: role == service::Role::Admin.as_str(),
+            }),
             _ => {
                 self.sessions
                     .lock()
@@ -119,6 +129,15 @@ impl Console {
             }
         }
     }
+}
+
+/// Who is signed in on a request.
+struct SignedIn {
+    admin: String,
+    csrf: String,
+    /// The token's role is `admin` (an `approver` sees approvals and the
+    /// audit trail only).
+    admin_role: bool,
 }
 
 fn cookie(headers: &HeaderMap) -> Option<&str> {
@@ -297,7 +316,7 @@ async fn decide(
             let view = View {
                 error: Some(&e.to_string()),
                 status: StatusCode::CONFLICT,
-                before: None,
+                ..View::default()
             };
             render(&c, &admin, &csrf, view).await
         }
@@ -305,10 +324,14 @@ async fn decide(
 }
 
 /// `/ui?before=ID`: the pending approvals listed after `ID` (the last of
-/// the previous page).
+/// the previous page); `decisions_before=N`: the recent decisions older
+/// than audit record N; `all_methods=1`: the protocol's own traffic
+/// (`initialize`, `notifications/*`) shown among them too.
 #[derive(Deserialize)]
 struct PageQuery {
     before: Option<String>,
+    decisions_before: Option<i64>,
+    all_methods: Option<String>,
 }
 
 async fn page(
@@ -319,9 +342,10 @@ async fn page(
     match c.session(&headers).await {
         Some((admin, csrf)) => {
             let view = View {
-                error: None,
-                status: StatusCode::OK,
                 before: q.before.as_deref(),
+                decisions_before: q.decisions_before,
+                all_methods: q.all_methods.is_some_and(|v| v == "1" || v == "on"),
+                ..View::default()
             };
             render(&c, &admin, &csrf, view).await
         }
@@ -335,25 +359,40 @@ struct View<'a> {
     status: StatusCode,
     /// The page of pending approvals: after this one (`None`: the first).
     before: Option<&'a str>,
+    /// The page of recent decisions: older than this audit record.
+    decisions_before: Option<i64>,
+    /// Show `initialize` and `notifications/*` among recent decisions.
+    all_methods: bool,
 }
+
+impl Default for View<'_> {
+    fn default() -> Self {
+        View {
+            error: None,
+            status: StatusCode::OK,
+            before: None,
+            decisions_before: None,
+            all_methods: false,
+        }
+    }
+}
+
+/// Recent decisions shown on one page.
+const DECISIONS_PAGE: i64 = 50;
 
 async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Response {
     let View {
         error,
         status,
         before,
+        decisions_before,
+        all_methods,
     } = view;
     let store = &c.state.store;
-    let (mut pending, recent) = match (
+    let (mut pending, mut recent) = match (
         service::approvals(store, Some(c.state.master_key()), false, before, PAGE + 1).await,
         store
-            .audit(&crate::store::model::AuditQuery {
-                caller: None,
-                connection: None,
-                since: None,
-                after_id: None,
-                limit: 50,
-            })
+            .recent_decisions(decisions_before, all_methods, DECISIONS_PAGE + 1)
             .await,
     ) {
         (Ok(p), Ok(a)) => (p, a),
@@ -371,6 +410,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         }
     };
     let mut b = String::new();
+    b.push_str(&nav(c, admin).await);
     let _ = write!(
         b,
         "<div class=muted>Signed in as <b>{}</b>. \
@@ -456,15 +496,27 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         }
         b.push_str("</p>");
     }
+    let older = recent.len() as i64 > DECISIONS_PAGE;
+    recent.truncate(DECISIONS_PAGE as usize);
+    // A GET form: no script, and the choice stays in the address.
+    let _ = write!(
+        b,
+        "<h2>Recent decisions</h2><form id=filter method=get action=/ui>\
+         <label><input type=checkbox name=all_methods value=1{}> Show the protocol's own calls \
+         (<code>initialize</code>, <code>notifications/*</code>)</label> \
+         <button type=submit>Apply</button></form>",
+        if all_methods { " checked" } else { "" }
+    );
     b.push_str(
-        "<h2>Recent decisions</h2><table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
+        "<table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
          <th>Method</th><th>Tool</th><th>Verdict</th><th>Status</th><th>Reason</th></tr>",
     );
-    for r in recent.iter().rev() {
+    for r in &recent {
         let _ = write!(
             b,
-            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>\
+            "<tr data-audit=\"{}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>\
              <td class=\"v-{}\">{}</td><td>{}</td><td>{}</td></tr>",
+            r.id,
             time(r.at),
             esc(&r.caller),
             esc(&r.connection.chars().take(8).collect::<String>()),
@@ -476,7 +528,27 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             esc(r.reason.as_deref().unwrap_or("-")),
         );
     }
-    b.push_str("</table>");
+    b.push_str("</table><p id=decision-pages>");
+    let methods = if all_methods {
+        "&amp;all_methods=1"
+    } else {
+        ""
+    };
+    if decisions_before.is_some() {
+        let _ = write!(
+            b,
+            "<a href=\"/ui?{}\">Newest decisions</a> ",
+            methods.trim_start_matches("&amp;")
+        );
+    }
+    if let (true, Some(last)) = (older, recent.last()) {
+        let _ = write!(
+            b,
+            "<a id=older href=\"/ui?decisions_before={}{methods}\">Older decisions</a>",
+            last.id
+        );
+    }
+    b.push_str("</p>");
     // The list of waiting calls refreshes itself while nothing is wrong
     // (a meta refresh: no script, so the CSP stays `default-src 'none'`).
     let head = if status == StatusCode::OK && error.is_none() {
@@ -485,6 +557,122 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         String::new()
     };
     html(status, &layout_with("Approvals", &head, &b))
+}
+
+/// Links between the console's pages: the read-only views are an admin
+/// token's (an approver sees approvals and the audit trail only).
+async fn nav(c: &Console, admin: &str) -> String {
+    let admin_role = c
+        .state
+        .store
+        .admin_tokens()
+        .await
+        .ok()
+        .and_then(|t| t.into_iter().find(|t| t.name == admin))
+        .is_some_and(|t| t.role == service::Role::Admin.as_str());
+    let mut n = String::from("<nav><a href=/ui>Approvals</a>");
+    if admin_role {
+        n.push_str(
+            " · <a href=/ui/credentials>Credentials</a> · <a href=/ui/callers>Callers</a> \
+             · <a href=/ui/connections>Connections</a>",
+        );
+    }
+    n.push_str("</nav>");
+    n
+}
+
+/// `/ui/credentials`, `/ui/callers`, `/ui/connections`: read-only lists
+/// for an admin token (never a secret or a token: the service's views).
+async fn objects(
+    AxState(c): AxState<Console>,
+    headers: HeaderMap,
+    Path(view): Path<String>,
+) -> Response {
+    let Some(who) = c.signed_in(&headers).await else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    if !who.admin_role {
+        return html(
+            StatusCode::FORBIDDEN,
+            &layout(
+                "Refused",
+                "<p class=error role=alert>This admin token has the approver role: it sees approvals and the audit trail only.</p><p><a href=/ui>Approvals</a></p>",
+            ),
+        );
+    }
+    let store = &c.state.store;
+    let (title, head, rows): (&str, &[&str], Result<Vec<Vec<String>>, _>) = match view.as_str() {
+        "credentials" => (
+            "Credentials",
+            &["Name", "Upstream", "Scheme", "Added"],
+            service::credentials(store).await.map(|v| {
+                v.into_iter()
+                    .map(|c| vec![c.name, c.upstream, c.scheme, time(c.created_at * 1000)])
+                    .collect()
+            }),
+        ),
+        "callers" => (
+            "Callers",
+            &["Name", "Groups", "Added", "State"],
+            service::callers(store).await.map(|v| {
+                v.into_iter()
+                    .map(|c| {
+                        vec![
+                            c.name,
+                            c.groups.join(", "),
+                            time(c.created_at * 1000),
+                            live(c.revoked_at),
+                        ]
+                    })
+                    .collect()
+            }),
+        ),
+        "connections" => (
+            "Connections",
+            &["Id", "Caller", "Credential", "Added", "State"],
+            service::connections(store).await.map(|v| {
+                v.into_iter()
+                    .map(|c| {
+                        vec![
+                            c.id,
+                            c.caller,
+                            c.credential,
+                            time(c.created_at * 1000),
+                            live(c.revoked_at),
+                        ]
+                    })
+                    .collect()
+            }),
+        ),
+        _ => return (StatusCode::NOT_FOUND, "no such page").into_response(),
+    };
+    let Ok(rows) = rows else {
+        let body =
+            "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
+        return html(StatusCode::SERVICE_UNAVAILABLE, &layout(title, body));
+    };
+    let mut b = nav(&c, &who.admin).await;
+    let _ = write!(b, "<table id={view}><tr>");
+    for h in head {
+        let _ = write!(b, "<th>{h}</th>");
+    }
+    b.push_str("</tr>");
+    for r in rows {
+        b.push_str("<tr>");
+        for cell in r {
+            let _ = write!(b, "<td>{}</td>", esc(&cell));
+        }
+        b.push_str("</tr>");
+    }
+    b.push_str("</table><p class=muted>Read-only: change these with the CLI or the admin API.</p>");
+    html(StatusCode::OK, &layout(title, &b))
+}
+
+fn live(revoked_at: Option<i64>) -> String {
+    match revoked_at {
+        Some(t) => format!("revoked {}", time(t * 1000)),
+        None => "live".to_string(),
+    }
 }
 
 fn time(ms: i64) -> String {

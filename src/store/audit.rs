@@ -131,24 +131,25 @@ impl Store {
             .bind(q.limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(AuditRecord {
-                    id: r.try_get("id")?,
-                    at: r.try_get("at")?,
-                    caller: r.try_get("caller")?,
-                    connection: r.try_get("connection")?,
-                    http_method: r.try_get("http_method")?,
-                    rpc_method: r.try_get("rpc_method")?,
-                    tool: r.try_get("tool")?,
-                    verdict: r.try_get("verdict")?,
-                    reason: r.try_get("reason")?,
-                    arguments_sha256: r.try_get("arguments_sha256")?,
-                    arguments: r.try_get("arguments")?,
-                    status: u16::try_from(r.try_get::<i64, _>("status")?).unwrap_or(0),
-                    duration_us: r.try_get("duration_us")?,
-                })
-            })
-            .collect()
+        rows.iter().map(audit_row).collect()
     }
+}
+
+/// One `audit` row as a record.
+pub(super) fn audit_row(r: &sqlx::any::AnyRow) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        id: r.try_get("id")?,
+        at: r.try_get("at")?,
+        caller: r.try_get("caller")?,
+        connection: r.try_get("connection")?,
+        http_method: r.try_get("http_method")?,
+        rpc_method: r.try_get("rpc_method")?,
+        tool: r.try_get("tool")?,
+        verdict: r.try_get("verdict")?,
+        reason: r.try_get("reason")?,
+        arguments_sha256: r.try_get("arguments_sha256")?,
+        arguments: r.try_get("arguments")?,
+        status: u16::try_from(r.try_get::<i64, _>("status")?).unwrap_or(0),
+        duration_us: r.try_get("duration_us")?,
+    })
 }

@@ -37,8 +37,7 @@ when { resource.owner == principal && context has tool && (context.tool == "sum"
 #[tokio::test]
 async fn a_person_grants_a_held_call_in_a_real_browser() {
     let (addr, _) = crate::rmcp_peers::rmcp_server().await;
-    let p =
-        Proxy::start_with_policies(Proxy::dir(), |c| c.audit_arguments = true, hold_sum()).await;
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, hold_sum()).await;
     let api = admin_api(&p).await;
     let token = admin_token(&p, "alice");
     let a = p
