@@ -59,32 +59,7 @@ async fn a_person_grants_a_held_call_in_a_real_browser() {
     assert!(text.contains("pending"), "{text}");
 
     // The browser: sign in, see the call, screenshot, grant.
-    let setup = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/setup.sh"))
-        .status()
-        .unwrap();
-    assert!(setup.success(), "tests/ui/setup.sh failed");
-    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join(if on_postgres() {
-        "console-postgres.png"
-    } else {
-        "console.png"
-    });
-    let _ = std::fs::remove_file(&shot);
-    let out = tokio::process::Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/console.mjs"))
-        .args([&api, &token, "sum", shot.to_str().unwrap()])
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the browser run failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let (seen, _, shot) = browser("console.mjs", &[&api, &token, "sum"], "console").await;
     assert_eq!(seen["signIn"], format!("{api}/ui/login"));
     let row = seen["rowText"].as_str().unwrap();
     assert!(
@@ -125,6 +100,39 @@ async fn a_person_grants_a_held_call_in_a_real_browser() {
         ),
         ("alice", "approval.grant", "ok")
     );
+}
+
+/// Run `tests/ui/<script>` with `args` and a screenshot path in headless
+/// Chromium (installed first when missing): the JSON line it printed last,
+/// its whole output, and the screenshot (`target/ui-artifacts/<shot>.png`,
+/// `-postgres` on the Postgres leg).
+async fn browser(script: &str, args: &[&str], shot: &str) -> (Value, String, std::path::PathBuf) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let setup = std::process::Command::new("bash")
+        .arg(root.join("tests/ui/setup.sh"))
+        .status()
+        .unwrap();
+    assert!(setup.success(), "tests/ui/setup.sh failed");
+    let artifacts = root.join("target/ui-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let leg = if on_postgres() { "-postgres" } else { "" };
+    let shot = artifacts.join(format!("{shot}{leg}.png"));
+    let _ = std::fs::remove_file(&shot);
+    let out = tokio::process::Command::new("node")
+        .arg(root.join("tests/ui").join(script))
+        .args(args)
+        .arg(&shot)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the browser run failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    (seen, stdout, shot)
 }
 
 /// Sign in over plain HTTP; the session cookie and the page's CSRF token.
@@ -384,38 +392,12 @@ async fn an_approver_decides_in_the_console_and_an_admin_sees_the_objects() {
     assert_eq!(v["result"]["isError"], true, "{v}");
     audit_rows(&p).await;
 
-    let setup = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/setup.sh"))
-        .status()
-        .unwrap();
-    assert!(setup.success(), "tests/ui/setup.sh failed");
-    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join(if on_postgres() {
-        "console-approver-postgres.png"
-    } else {
-        "console-approver.png"
-    });
-    let _ = std::fs::remove_file(&shot);
-    let out = tokio::process::Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/views.mjs"))
-        .args([
-            &api,
-            &approver,
-            &admin,
-            "write_file",
-            shot.to_str().unwrap(),
-        ])
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the browser run failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let (seen, stdout, shot) = browser(
+        "views.mjs",
+        &[&api, &approver, &admin, "write_file"],
+        "console-approver",
+    )
+    .await;
     let row = seen["rowText"].as_str().unwrap();
     assert!(
         row.contains("views-Jw3.txt") && row.contains("ap_"),
