@@ -605,3 +605,59 @@ async fn the_approval_settings_are_read_like_the_others() {
         "{out}"
     );
 }
+
+/// Replicas: a call waiting on one replica is granted through another
+/// replica's admin API, on the same store. On Postgres the waiting replica
+/// polls only once a minute here, so the grant can reach it in time only
+/// by the change notification.
+#[tokio::test]
+async fn a_grant_on_another_replica_reaches_the_waiting_call() {
+    let up = Upstream::start().await;
+    let (hook, mut got) = receiver(0, None).await;
+    let webhook: url::Url = hook.parse().unwrap();
+    let waiter = ask_proxy(|c| {
+        c.approval_webhook = Some(webhook);
+        c.approval_wait = Duration::from_secs(30);
+        if on_postgres() {
+            c.refresh_interval = Duration::from_secs(60);
+        }
+    })
+    .await;
+    let a = waiter.agent("gh", &up.url("/mcp"), "agent").await;
+    let shared = database_url(waiter.dir.path()).unwrap_or_else(|| {
+        format!(
+            "sqlite://{}",
+            waiter.dir.path().join("tessera.db").display()
+        )
+    });
+    let other = Proxy::dir();
+    std::fs::copy(
+        waiter.dir.path().join("master.key"),
+        other.path().join("master.key"),
+    )
+    .unwrap();
+    let replica = Proxy::start_on(
+        other,
+        Some(shared),
+        |_| {},
+        policies_with(&["ask-for-writes"]),
+    )
+    .await;
+    let api = crate::admin_api::admin_api(&replica).await;
+    let token = crate::admin_api::admin_token(&waiter, "ops");
+
+    let waiting = tokio::spawn(async move { post_json(&a, write(1, json!({"path": "r"}))).await });
+    let n = soon(got.recv()).await.unwrap();
+    let id = n["id"].as_str().unwrap();
+    let r = client()
+        .post(format!("{api}/v1/approvals/{id}/grant"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let (s, v) = soon(waiting).await.unwrap();
+    assert_eq!(s, 200);
+    assert!(ran(&v), "{v}");
+    assert_eq!(up.seen().len(), 1);
+}
