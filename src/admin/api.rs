@@ -738,7 +738,10 @@ async fn list_approvals(
     Ok(Json(
         service::approvals(
             &s.store,
-            Some(s.master_key()),
+            service::Reveal {
+                key: Some(s.master_key()),
+                snapshot: Some(&s.snapshot.load()),
+            },
             q.all,
             q.before.as_deref(),
             limit,
@@ -757,7 +760,15 @@ async fn show_approval(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Approval>> {
     Ok(Json(
-        service::approval(&s.store, Some(s.master_key()), &id).await?,
+        service::approval(
+            &s.store,
+            service::Reveal {
+                key: Some(s.master_key()),
+                snapshot: Some(&s.snapshot.load()),
+            },
+            &id,
+        )
+        .await?,
     ))
 }
 

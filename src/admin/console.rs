@@ -390,7 +390,17 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
     } = view;
     let store = &c.state.store;
     let (mut pending, mut recent) = match (
-        service::approvals(store, Some(c.state.master_key()), false, before, PAGE + 1).await,
+        service::approvals(
+            store,
+            service::Reveal {
+                key: Some(c.state.master_key()),
+                snapshot: Some(&c.state.snapshot.load()),
+            },
+            false,
+            before,
+            PAGE + 1,
+        )
+        .await,
         store
             .recent_decisions(decisions_before, all_methods, DECISIONS_PAGE + 1)
             .await,

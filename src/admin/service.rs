@@ -381,31 +381,35 @@ pub(super) async fn approval_decide(
         .await?)
 }
 
+/// What opens and cleans the held calls an approver is shown: the master
+/// key (`None`, or a key that does not open a call: not shown) and the
+/// snapshot whose connections' redactors take their credentials out.
+#[derive(Clone, Copy, Default)]
+pub struct Reveal<'a> {
+    pub key: Option<&'a MasterKey>,
+    pub snapshot: Option<&'a crate::snapshot::Snapshot>,
+}
+
 /// Approvals as an approver sees them, newest first: each held call's
-/// arguments opened from its sealed copy with `key` (`None`, or a key
-/// that does not open it: not shown).
+/// arguments opened from its sealed copy, the credential redacted.
 pub async fn approvals(
     store: &Store,
-    key: Option<&MasterKey>,
+    with: Reveal<'_>,
     all: bool,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Approval>, AdminError> {
     let mut rows = store.approvals_page(all, before, limit).await?;
     for a in &mut rows {
-        crate::authz::approvals::reveal(key, a);
+        crate::authz::approvals::reveal(with.key, with.snapshot, a);
     }
     Ok(rows)
 }
 
 /// One approval, whatever its state, as [`approvals`] shows it.
-pub async fn approval(
-    store: &Store,
-    key: Option<&MasterKey>,
-    id: &str,
-) -> Result<Approval, AdminError> {
+pub async fn approval(store: &Store, with: Reveal<'_>, id: &str) -> Result<Approval, AdminError> {
     let mut a = store.approval(id).await?;
-    crate::authz::approvals::reveal(key, &mut a);
+    crate::authz::approvals::reveal(with.key, with.snapshot, &mut a);
     Ok(a)
 }
 

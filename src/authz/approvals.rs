@@ -223,17 +223,36 @@ pub fn open_call(key: &MasterKey, a: &crate::store::model::Approval) -> Option<S
 
 /// Fill in what an approver is shown from the sealed call: `params` (the
 /// complete call) and `arguments` (its `arguments` member, for a tool
-/// call), whatever `--audit-arguments` said.
-pub fn reveal(key: Option<&MasterKey>, a: &mut crate::store::model::Approval) {
-    let Some(params) = key.and_then(|k| open_call(k, a)) else {
-        return;
-    };
-    if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&params) {
-        if let Some(args) = m.get("arguments") {
-            a.arguments = Some(args.to_string());
+/// call), whatever `--audit-arguments` said. With `snapshot`, the
+/// connection's credential is redacted from both, as from anything else
+/// tessera answers (an agent that somehow learnt it cannot show it to
+/// the approver's screen either).
+pub fn reveal(
+    key: Option<&MasterKey>,
+    snapshot: Option<&crate::snapshot::Snapshot>,
+    a: &mut crate::store::model::Approval,
+) {
+    if let Some(params) = key.and_then(|k| open_call(k, a)) {
+        if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&params) {
+            if let Some(args) = m.get("arguments") {
+                a.arguments = Some(args.to_string());
+            }
+        }
+        a.shown.params = Some(params);
+    }
+    let redactor = snapshot
+        .and_then(|s| s.connections.get(&a.key.connection))
+        .map(|c| c.upstream.redactor());
+    if let Some(r) = redactor {
+        for text in [&mut a.shown.params, &mut a.arguments]
+            .into_iter()
+            .flatten()
+        {
+            if let std::borrow::Cow::Owned(clean) = r.text(text) {
+                *text = clean;
+            }
         }
     }
-    a.shown.params = Some(params);
 }
 
 /// The record of this call made before calls were bound whole, found by

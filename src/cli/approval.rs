@@ -91,11 +91,24 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
         &at.data_dir,
     )
     .ok();
+    // The credentials, to redact from what is shown (as serve does).
+    let snapshot = match &key {
+        Some(k) => {
+            let schema = tessera::authz::cedar::Policies::builtin();
+            tessera::snapshot::Snapshot::load(&store, k, schema.schema())
+                .await
+                .ok()
+        }
+        None => None,
+    };
+    let with = service::Reveal {
+        key: key.as_ref(),
+        snapshot: snapshot.as_ref(),
+    };
     match c {
         ApprovalCmd::List { all, limit, before } => {
             let rows =
-                service::approvals(&store, key.as_ref(), all, before.as_deref(), limit.max(1))
-                    .await?;
+                service::approvals(&store, with, all, before.as_deref(), limit.max(1)).await?;
             let mut table = Vec::with_capacity(rows.len());
             for a in rows {
                 if at.json {
@@ -133,7 +146,7 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             }
         }
         ApprovalCmd::Show { id } => {
-            let a = service::approval(&store, key.as_ref(), &id).await?;
+            let a = service::approval(&store, with, &id).await?;
             if at.json {
                 println!("{}", serde_json::to_string_pretty(&a)?);
                 return Ok(());

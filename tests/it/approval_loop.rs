@@ -300,6 +300,27 @@ async fn the_webhook_announces_each_new_pending_approval_and_retries() {
         !n.to_string().contains(SECRET),
         "the secret reached the webhook: {n}"
     );
+    // Nor the approver's CLI or API: the credential is redacted there too.
+    let shown = show(&p, &id);
+    assert!(shown["arguments"]
+        .as_str()
+        .unwrap()
+        .contains("\"path\":\"x\""));
+    assert!(!shown.to_string().contains(SECRET), "{shown}");
+    let listed = ok(p.cli(&["approval", "list", "--json"]));
+    assert!(listed.contains(&id) && !listed.contains(SECRET), "{listed}");
+    let api = crate::admin_api::admin_api(&p).await;
+    let token = crate::admin_api::admin_token(&p, "ops");
+    let v = client()
+        .get(format!("{api}/v1/approvals/{id}"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(v.contains(&id) && !v.contains(SECRET), "{v}");
     assert!(n["expires_at"].as_i64().unwrap() > 0);
 
     // A retry of the same call is the same approval: not announced again.
