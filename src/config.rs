@@ -187,7 +187,8 @@ pub struct ServeConfig {
 /// are the binary's `ServeArgs`, handed to `serve::Process`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RawServe {
-    #[arg(long, env = "TESSERA_LISTEN", default_value = DEFAULT_LISTEN)]
+    /// The data plane's address: IP:PORT, or localhost:PORT (127.0.0.1).
+    #[arg(long, env = "TESSERA_LISTEN", default_value = DEFAULT_LISTEN, value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Base of the connection URLs handed to agents (default: from --listen).
     #[arg(long, env = "TESSERA_PUBLIC_URL")]
@@ -199,6 +200,7 @@ pub struct RawServe {
         value_delimiter = ','
     )]
     pub allowed_origins: Vec<String>,
+    /// The largest request body read, in bytes; larger is refused (413).
     #[arg(long, env = "TESSERA_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// Data-plane connections open at once (default: half the descriptor
@@ -260,17 +262,17 @@ pub struct RawServe {
     pub refresh_ms: u64,
     /// Keep tool-call arguments in the audit trail (default: only their
     /// SHA-256).
-    #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS")]
+    #[arg(long, env = "TESSERA_AUDIT_ARGUMENTS", value_parser = clap::builder::BoolishValueParser::new())]
     pub audit_arguments: bool,
     /// Allow upstreams (and OAuth token URLs) on loopback, private,
     /// link-local or metadata addresses, and over plain http://. Off by
     /// default: a sidecar whose upstream runs on the same host needs it
-    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_upstreams: bool,
     /// Pass a caller's Range and If-Range headers to the upstream (default:
     /// stripped, so that slices of an answer cannot be joined around the
     /// redaction of the stored secret).
-    #[arg(long, env = "TESSERA_ALLOW_RANGE")]
+    #[arg(long, env = "TESSERA_ALLOW_RANGE", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_range: bool,
     /// Tell the upstream the caller's address: off (nothing), or set
     /// (tessera sets Forwarded: for=<peer>;proto=http and X-Forwarded-For:
@@ -350,6 +352,31 @@ pub fn default_public_url(listen: SocketAddr) -> Url {
     Url::parse(&format!("http://{host}:{}", listen.port())).expect("a socket address is a URL host")
 }
 
+/// The base of connection URLs: `--public-url` when given, else from
+/// `--listen`. `serve` and `connection add` both take it from here, from
+/// the same settings, so the URL printed is the one served.
+pub fn public_url(listen: SocketAddr, given: Option<&str>) -> Result<Url, ConfigError> {
+    match given {
+        Some(s) => parse_public_url(s),
+        None => Ok(default_public_url(listen)),
+    }
+}
+
+/// A listen address: `IP:PORT`, or `localhost:PORT`, which is loopback
+/// (127.0.0.1) without asking a resolver: a listener's address is decided
+/// here, not by whatever `/etc/hosts` says.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Some(port) = s.strip_prefix("localhost:") {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{s:?}: the port must be a number from 0 to 65535"))?;
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("{s:?}: give IP:PORT (127.0.0.1:7470, [::1]:7470, 0.0.0.0:7470) or localhost:PORT")
+    })
+}
+
 /// Validate a public URL: http(s), a host, no path beyond `/`, no query.
 pub fn parse_public_url(s: &str) -> Result<Url, ConfigError> {
     let err = || ConfigError::PublicUrl(s.to_string());
@@ -416,10 +443,7 @@ pub fn upstream_roots(
 
 /// Build the validated config.
 pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
-    let public_url = match raw.public_url.as_deref() {
-        Some(s) => parse_public_url(s)?,
-        None => default_public_url(raw.listen),
-    };
+    let public_url = public_url(raw.listen, raw.public_url.as_deref())?;
     let allowed_origins = raw
         .allowed_origins
         .iter()

@@ -4,13 +4,15 @@
 
 mod cli;
 
-use cli::{config_check, dispatch, parse_cli, Cmd, ConfigCmd};
+use cli::{
+    config_check, dispatch, implicit_store, json_requested, parse_cli, report_error, Cmd, ConfigCmd,
+};
 
 fn main() {
     let (cli, matches, from_file) = match parse_cli() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("tessera: {e:#}");
+            report_error(&format!("{e:#}"), json_requested());
             std::process::exit(2);
         }
     };
@@ -34,8 +36,10 @@ fn main() {
         None => tokio::runtime::Builder::new_multi_thread(),
     };
     let rt = rt.enable_all().build().expect("building the tokio runtime");
-    if let Err(e) = rt.block_on(dispatch(cli)) {
-        eprintln!("tessera: {e:#}");
+    let implicit = implicit_store(&matches, &from_file);
+    let json = cli.json;
+    if let Err(e) = rt.block_on(dispatch(cli, implicit)) {
+        report_error(&format!("{e:#}"), json);
         std::process::exit(1);
     }
 }

@@ -19,10 +19,14 @@ mod audit;
 mod capacity;
 #[path = "it/cli.rs"]
 mod cli;
+#[path = "it/clients.rs"]
+mod clients;
 #[path = "it/config_file.rs"]
 mod config_file;
 #[path = "it/console.rs"]
 mod console;
+#[path = "it/console_views.rs"]
+mod console_views;
 #[path = "it/crash.rs"]
 mod crash;
 #[path = "it/db_faults.rs"]
@@ -35,6 +39,8 @@ mod doors;
 mod egress;
 #[path = "it/ext_authz.rs"]
 mod ext_authz;
+#[path = "it/first_day.rs"]
+mod first_day;
 #[path = "it/forwarding.rs"]
 mod forwarding;
 #[path = "it/hostile.rs"]

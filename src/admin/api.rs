@@ -85,6 +85,9 @@ impl From<AdminError> for ApiError {
             A::Store(
                 StoreError::Duplicate { .. }
                 | StoreError::Revoked { .. }
+                | StoreError::RevokedName { .. }
+                | StoreError::NotRevoked { .. }
+                | StoreError::InUse { .. }
                 | StoreError::Unchanged { .. },
             ) => StatusCode::CONFLICT,
             // The interactive login is the CLI's; its failures are an
@@ -101,6 +104,8 @@ impl From<AdminError> for ApiError {
             | A::BadUses(_)
             | A::BadScheme(_)
             | A::BadRole(_)
+            | A::NotForScheme(..)
+            | A::NothingToChange
             | A::Policies(_) => StatusCode::UNPROCESSABLE_ENTITY,
         };
         if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -298,9 +303,12 @@ fn approver_may(method: &http::Method, path: &str) -> bool {
 pub fn router(state: Arc<State>) -> Router {
     let (v1, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_credentials, add_credential))
+        .routes(routes!(update_credential, remove_credential))
         .routes(routes!(set_credential_secret))
         .routes(routes!(list_callers, add_caller))
-        .routes(routes!(revoke_caller))
+        .routes(routes!(revoke_caller, update_caller))
+        .routes(routes!(rotate_caller_token))
+        .routes(routes!(restore_caller))
         .routes(routes!(list_connections, add_connection))
         .routes(routes!(revoke_connection))
         .routes(routes!(list_approvals))
@@ -562,6 +570,76 @@ async fn set_credential_secret(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A change to a credential: each field changed when present.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialPatch {
+    upstream: Option<String>,
+    /// Scheme `header` only.
+    header_name: Option<String>,
+    /// Scheme `basic` only.
+    username: Option<String>,
+    /// Scheme `oauth2` only: the token endpoint.
+    token_url: Option<String>,
+    /// Scheme `oauth2` only: the scopes, replacing the old ones.
+    scopes: Option<Vec<String>>,
+    /// Scheme `oauth2` only: the audience ("" removes it).
+    audience: Option<String>,
+}
+
+/// Change a credential's upstream URL or scheme options (the secret has its
+/// own endpoint); requests use the change within one refresh.
+#[utoipa::path(patch, path = "/v1/credentials/{name}", tag = "credentials", request_body = CredentialPatch,
+    params(NamePath),
+    responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 422, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn update_credential(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+    Body(c): Body<CredentialPatch>,
+) -> ApiResult<StatusCode> {
+    service::Admin::new(&s.store, &actor)
+        .credential_update(service::CredentialChange {
+            name: &name,
+            egress: s.config.egress,
+            upstream: c.upstream.as_deref(),
+            header_name: c.header_name.as_deref(),
+            username: c.username.as_deref(),
+            token_url: c.token_url.as_deref(),
+            scopes: c.scopes,
+            audience: c.audience.as_deref(),
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RemoveQuery {
+    /// Also remove the connections that use it (else a live one refuses).
+    #[serde(default)]
+    cascade: bool,
+}
+
+/// Remove a credential and its sealed secret; refused (409) while a live
+/// connection uses it, unless `cascade=true`, which removes its connections.
+#[utoipa::path(delete, path = "/v1/credentials/{name}", tag = "credentials",
+    params(NamePath, RemoveQuery),
+    responses((status = 204), (status = 400, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError), (status = 422, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn remove_credential(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+    Params(q): Params<RemoveQuery>,
+) -> ApiResult<StatusCode> {
+    service::Admin::new(&s.store, &actor)
+        .credential_remove(&name, q.cascade)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 // ---- callers -------------------------------------------------------------
 
 #[derive(Deserialize, ToSchema)]
@@ -636,6 +714,72 @@ async fn revoke_caller(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A change to a caller: its groups, replaced.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallerPatch {
+    #[schema(inline, value_type = Vec<GroupName>)]
+    groups: Vec<String>,
+}
+
+/// Replace a live caller's groups; policies see them within one refresh.
+#[utoipa::path(patch, path = "/v1/callers/{name}", tag = "callers", request_body = CallerPatch, params(NamePath),
+    responses((status = 204), (status = 400, body = ApiError), (status = 415, body = ApiError), (status = 404, body = ApiError),
+        (status = 409, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn update_caller(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+    Body(c): Body<CallerPatch>,
+) -> ApiResult<StatusCode> {
+    service::Admin::new(&s.store, &actor)
+        .caller_update(&name, &c.groups)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A caller's new token, shown once.
+#[derive(Serialize, ToSchema)]
+pub struct NewToken {
+    name: String,
+    token: String,
+}
+
+/// Give a live caller a new token, in this response only; the old one
+/// stops within a second.
+#[utoipa::path(post, path = "/v1/callers/{name}/token", tag = "callers", params(NamePath),
+    responses((status = 200, body = NewToken), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn rotate_caller_token(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<NewToken>> {
+    let token = service::Admin::new(&s.store, &actor)
+        .caller_rotate_token(&name)
+        .await?;
+    let token = token.expose_secret().to_string();
+    Ok(Json(NewToken { name, token }))
+}
+
+/// Make a revoked caller live again under a new token, in this response
+/// only (the old token stays dead); its connections serve it again, except
+/// those revoked one by one.
+#[utoipa::path(post, path = "/v1/callers/{name}/restore", tag = "callers", params(NamePath),
+    responses((status = 200, body = NewToken), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn restore_caller(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<NewToken>> {
+    let token = service::Admin::new(&s.store, &actor)
+        .caller_restore(&name)
+        .await?;
+    let token = token.expose_secret().to_string();
+    Ok(Json(NewToken { name, token }))
+}
+
 // ---- connections ---------------------------------------------------------
 
 #[derive(Deserialize, ToSchema)]
@@ -659,7 +803,9 @@ pub struct CreatedConnection {
 #[utoipa::path(get, path = "/v1/connections", tag = "connections",
     responses((status = 200, body = Vec<ConnectionView>), (status = 401, body = ApiError)))]
 async fn list_connections(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<Vec<ConnectionView>>> {
-    Ok(Json(service::connections(&s.store).await?))
+    Ok(Json(
+        service::connections(&s.store, &s.config.public_url).await?,
+    ))
 }
 
 /// Allocate an address binding a live caller to a credential.
@@ -884,6 +1030,7 @@ async fn query_audit(
         since: p.since_ms,
         after_id: p.after_id,
         limit: page_size(p.limit)?,
+        ..AuditQuery::default()
     };
     let records = s.store.audit(&q).await.map_err(AdminError::from)?;
     let next_after_id = records.last().map(|r| r.id).or(p.after_id);

@@ -38,7 +38,12 @@ const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 const MAX_SESSIONS: usize = 1024;
 /// Pending approvals shown on one page; the page links to the next.
 const PAGE: i64 = 100;
-/// The console page reloads itself this often (seconds).
+/// Decisions on the approvals page, and on one page of `/ui/decisions`.
+const RECENT: i64 = 20;
+const DECISIONS_PAGE: i64 = 50;
+/// How often the approvals page reloads itself, so a person watching it
+/// sees new held calls without a script (a `<meta>` refresh; the CSP
+/// allows no script).
 const REFRESH_S: u32 = 15;
 
 /// One signed-in browser.
@@ -68,7 +73,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: Arc<State>) -> Router<S> 
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", post(logout))
         .route("/ui/approvals/{id}/{decision}", post(decide))
-        .route("/ui/{view}", get(objects))
+        .route("/ui/decisions", get(decisions_page))
+        .route("/ui/credentials", get(credentials_page))
+        .route("/ui/callers", get(callers_page))
+        .route("/ui/connections", get(connections_page))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(console)
 }
@@ -135,8 +143,8 @@ impl Console {
 struct SignedIn {
     admin: String,
     csrf: String,
-    /// The token's role is `admin` (an `approver` sees approvals and the
-    /// audit trail only).
+    /// The token's role is `admin`; an `approver` sees the approvals and
+    /// the decision trail only.
     admin_role: bool,
 }
 
@@ -316,7 +324,7 @@ async fn decide(
             let view = View {
                 error: Some(&e.to_string()),
                 status: StatusCode::CONFLICT,
-                ..View::default()
+                before: None,
             };
             render(&c, &admin, &csrf, view).await
         }
@@ -324,14 +332,10 @@ async fn decide(
 }
 
 /// `/ui?before=ID`: the pending approvals listed after `ID` (the last of
-/// the previous page); `decisions_before=N`: the recent decisions older
-/// than audit record N; `all_methods=1`: the protocol's own traffic
-/// (`initialize`, `notifications/*`) shown among them too.
+/// the previous page).
 #[derive(Deserialize)]
 struct PageQuery {
     before: Option<String>,
-    decisions_before: Option<i64>,
-    all_methods: Option<String>,
 }
 
 async fn page(
@@ -342,10 +346,9 @@ async fn page(
     match c.session(&headers).await {
         Some((admin, csrf)) => {
             let view = View {
+                error: None,
+                status: StatusCode::OK,
                 before: q.before.as_deref(),
-                decisions_before: q.decisions_before,
-                all_methods: q.all_methods.is_some_and(|v| v == "1" || v == "on"),
-                ..View::default()
             };
             render(&c, &admin, &csrf, view).await
         }
@@ -359,37 +362,16 @@ struct View<'a> {
     status: StatusCode,
     /// The page of pending approvals: after this one (`None`: the first).
     before: Option<&'a str>,
-    /// The page of recent decisions: older than this audit record.
-    decisions_before: Option<i64>,
-    /// Show `initialize` and `notifications/*` among recent decisions.
-    all_methods: bool,
 }
-
-impl Default for View<'_> {
-    fn default() -> Self {
-        View {
-            error: None,
-            status: StatusCode::OK,
-            before: None,
-            decisions_before: None,
-            all_methods: false,
-        }
-    }
-}
-
-/// Recent decisions shown on one page.
-const DECISIONS_PAGE: i64 = 50;
 
 async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Response {
     let View {
         error,
         status,
         before,
-        decisions_before,
-        all_methods,
     } = view;
     let store = &c.state.store;
-    let (mut pending, mut recent) = match (
+    let (mut pending, recent) = match (
         service::approvals(
             store,
             service::Reveal {
@@ -402,25 +384,18 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         )
         .await,
         store
-            .recent_decisions(decisions_before, all_methods, DECISIONS_PAGE + 1)
+            .audit(&crate::store::model::AuditQuery {
+                quiet: true,
+                limit: RECENT,
+                ..Default::default()
+            })
             .await,
     ) {
         (Ok(p), Ok(a)) => (p, a),
-        (Err(e), _) => {
-            tracing::error!(error = %e, "console: the store failed");
-            let body =
-                "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
-            return html(StatusCode::SERVICE_UNAVAILABLE, &layout("Approvals", body));
-        }
-        (_, Err(e)) => {
-            tracing::error!(error = %e, "console: the store failed");
-            let body =
-                "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
-            return html(StatusCode::SERVICE_UNAVAILABLE, &layout("Approvals", body));
-        }
+        (Err(e), _) => return unavailable("Approvals", &e),
+        (_, Err(e)) => return unavailable("Approvals", &e),
     };
-    let mut b = String::new();
-    b.push_str(&nav(c, admin).await);
+    let mut b = nav(c.is_admin(admin).await);
     let _ = write!(
         b,
         "<div class=muted>Signed in as <b>{}</b>. \
@@ -506,27 +481,64 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         }
         b.push_str("</p>");
     }
-    let older = recent.len() as i64 > DECISIONS_PAGE;
-    recent.truncate(DECISIONS_PAGE as usize);
-    // A GET form: no script, and the choice stays in the address.
-    let _ = write!(
-        b,
-        "<h2>Recent decisions</h2><form id=filter method=get action=/ui>\
-         <label><input type=checkbox name=all_methods value=1{}> Show the protocol's own calls \
-         (<code>initialize</code>, <code>notifications/*</code>)</label> \
-         <button type=submit>Apply</button></form>",
-        if all_methods { " checked" } else { "" }
+    b.push_str("<h2>Recent decisions</h2>");
+    decisions_table(&mut b, recent.iter().rev());
+    b.push_str(
+        "<p class=muted><a href=\"/ui/decisions\">All decisions</a> \
+         (initialize and notifications are left out here)</p>",
     );
+    // A page showing an error stays put; otherwise it reloads itself.
+    let head = match error {
+        None => format!("<meta http-equiv=refresh content={REFRESH_S}>"),
+        Some(_) => String::new(),
+    };
+    html(status, &layout_head("Approvals", &head, &b))
+}
+
+/// Links to the console's pages: the credential, caller and connection
+/// pages only for an admin token (an approver sees approvals and the
+/// decision trail).
+fn nav(admin_role: bool) -> String {
+    let mut n = String::from(
+        "<nav><a href=\"/ui\">Approvals</a> · <a href=\"/ui/decisions\">Decisions</a>",
+    );
+    if admin_role {
+        n.push_str(
+            " · <a href=\"/ui/credentials\">Credentials</a> · <a href=\"/ui/callers\">Callers</a> · \
+             <a href=\"/ui/connections\">Connections</a>",
+        );
+    }
+    n.push_str("</nav>");
+    n
+}
+
+impl Console {
+    /// Whether the admin token named `admin` has the admin role.
+    async fn is_admin(&self, admin: &str) -> bool {
+        self.state
+            .store
+            .admin_tokens()
+            .await
+            .ok()
+            .and_then(|t| t.into_iter().find(|t| t.name == admin))
+            .is_some_and(|t| t.role == service::Role::Admin.as_str())
+    }
+}
+
+/// Audit records as a table, in the order given.
+fn decisions_table<'a>(
+    b: &mut String,
+    records: impl Iterator<Item = &'a crate::store::model::AuditRecord>,
+) {
     b.push_str(
         "<table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
          <th>Method</th><th>Tool</th><th>Verdict</th><th>Status</th><th>Reason</th></tr>",
     );
-    for r in &recent {
+    for r in records {
         let _ = write!(
             b,
-            "<tr data-audit=\"{}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>\
+            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>\
              <td class=\"v-{}\">{}</td><td>{}</td><td>{}</td></tr>",
-            r.id,
             time(r.at),
             esc(&r.caller),
             esc(&r.connection.chars().take(8).collect::<String>()),
@@ -538,67 +550,92 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             esc(r.reason.as_deref().unwrap_or("-")),
         );
     }
-    b.push_str("</table><p id=decision-pages>");
-    let methods = if all_methods {
-        "&amp;all_methods=1"
-    } else {
-        ""
+    b.push_str("</table>");
+}
+
+/// `/ui/decisions?caller=NAME&all=1&before=ID`: the decision trail, newest
+/// first, a page at a time; `initialize` and `notifications/*` hidden
+/// unless `all`.
+#[derive(Deserialize)]
+struct DecisionsQuery {
+    before: Option<i64>,
+    caller: Option<String>,
+    all: Option<String>,
+}
+
+async fn decisions_page(
+    AxState(c): AxState<Console>,
+    headers: HeaderMap,
+    Query(q): Query<DecisionsQuery>,
+) -> Response {
+    let Some(who) = c.signed_in(&headers).await else {
+        return Redirect::to("/ui/login").into_response();
     };
-    if decisions_before.is_some() {
-        let _ = write!(
-            b,
-            "<a href=\"/ui?{}\">Newest decisions</a> ",
-            methods.trim_start_matches("&amp;")
-        );
+    let caller = q.caller.filter(|s| !s.trim().is_empty());
+    let all = q.all.is_some();
+    let query = crate::store::model::AuditQuery {
+        caller: caller.clone(),
+        before_id: q.before,
+        quiet: !all,
+        // One more than a page: whether an older page exists.
+        limit: DECISIONS_PAGE + 1,
+        ..Default::default()
+    };
+    let mut rows = match c.state.store.audit(&query).await {
+        Ok(r) => r,
+        Err(e) => return unavailable("Decisions", &e),
+    };
+    let older = rows.len() as i64 > DECISIONS_PAGE;
+    if older {
+        rows.remove(0);
     }
-    if let (true, Some(last)) = (older, recent.last()) {
+    let mut b = nav(who.admin_role);
+    let _ = write!(
+        b,
+        "<form id=filter method=get action=/ui/decisions>\
+         <label>Caller <input name=caller value=\"{}\"></label> \
+         <label><input type=checkbox name=all value=1{}> Show initialize and notifications</label> \
+         <button type=submit>Filter</button></form>",
+        esc(caller.as_deref().unwrap_or("")),
+        if all { " checked" } else { "" },
+    );
+    decisions_table(&mut b, rows.iter().rev());
+    let keep = |before: Option<i64>| {
+        let mut qs = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(c) = &caller {
+            qs.append_pair("caller", c);
+        }
+        if all {
+            qs.append_pair("all", "1");
+        }
+        if let Some(id) = before {
+            qs.append_pair("before", &id.to_string());
+        }
+        esc(&qs.finish())
+    };
+    b.push_str("<p id=pages>");
+    if q.before.is_some() {
+        let _ = write!(b, "<a href=\"/ui/decisions?{}\">Newest</a> ", keep(None));
+    }
+    if let (true, Some(oldest)) = (older, rows.first()) {
         let _ = write!(
             b,
-            "<a id=older href=\"/ui?decisions_before={}{methods}\">Older decisions</a>",
-            last.id
+            "<a id=older href=\"/ui/decisions?{}\">Older</a>",
+            keep(Some(oldest.id))
         );
     }
     b.push_str("</p>");
-    // The list of waiting calls refreshes itself while nothing is wrong
-    // (a meta refresh: no script, so the CSP stays `default-src 'none'`).
-    let head = if status == StatusCode::OK && error.is_none() {
-        format!("<meta http-equiv=refresh content={REFRESH_S}>")
-    } else {
-        String::new()
-    };
-    html(status, &layout_with("Approvals", &head, &b))
+    html(StatusCode::OK, &layout("Decisions", &b))
 }
 
-/// Links between the console's pages: the read-only views are an admin
-/// token's (an approver sees approvals and the audit trail only).
-async fn nav(c: &Console, admin: &str) -> String {
-    let admin_role = c
-        .state
-        .store
-        .admin_tokens()
-        .await
-        .ok()
-        .and_then(|t| t.into_iter().find(|t| t.name == admin))
-        .is_some_and(|t| t.role == service::Role::Admin.as_str());
-    let mut n = String::from("<nav><a href=/ui>Approvals</a>");
-    if admin_role {
-        n.push_str(
-            " · <a href=/ui/credentials>Credentials</a> · <a href=/ui/callers>Callers</a> \
-             · <a href=/ui/connections>Connections</a>",
-        );
-    }
-    n.push_str("</nav>");
-    n
-}
-
-/// `/ui/credentials`, `/ui/callers`, `/ui/connections`: read-only lists
-/// for an admin token (never a secret or a token: the service's views).
-async fn objects(
-    AxState(c): AxState<Console>,
-    headers: HeaderMap,
-    Path(view): Path<String>,
+/// A read-only table page for a signed-in person.
+async fn listing(
+    c: &Console,
+    headers: &HeaderMap,
+    title: &str,
+    rows: Result<(Vec<&str>, Vec<Vec<String>>), service::AdminError>,
 ) -> Response {
-    let Some(who) = c.signed_in(&headers).await else {
+    let Some(who) = c.signed_in(headers).await else {
         return Redirect::to("/ui/login").into_response();
     };
     if !who.admin_role {
@@ -606,83 +643,99 @@ async fn objects(
             StatusCode::FORBIDDEN,
             &layout(
                 "Refused",
-                "<p class=error role=alert>This admin token has the approver role: it sees approvals and the audit trail only.</p><p><a href=/ui>Approvals</a></p>",
+                "<p class=error role=alert>This admin token has the approver role: it sees the approvals and the decision trail only.</p><p><a href=/ui>Approvals</a></p>",
             ),
         );
     }
-    let store = &c.state.store;
-    let (title, head, rows): (&str, &[&str], Result<Vec<Vec<String>>, _>) = match view.as_str() {
-        "credentials" => (
-            "Credentials",
-            &["Name", "Upstream", "Scheme", "Added"],
-            service::credentials(store).await.map(|v| {
-                v.into_iter()
-                    .map(|c| vec![c.name, c.upstream, c.scheme, time(c.created_at * 1000)])
-                    .collect()
-            }),
-        ),
-        "callers" => (
-            "Callers",
-            &["Name", "Groups", "Added", "State"],
-            service::callers(store).await.map(|v| {
-                v.into_iter()
-                    .map(|c| {
-                        vec![
-                            c.name,
-                            c.groups.join(", "),
-                            time(c.created_at * 1000),
-                            live(c.revoked_at),
-                        ]
-                    })
-                    .collect()
-            }),
-        ),
-        "connections" => (
-            "Connections",
-            &["Id", "Caller", "Credential", "Added", "State"],
-            service::connections(store).await.map(|v| {
-                v.into_iter()
-                    .map(|c| {
-                        vec![
-                            c.id,
-                            c.caller,
-                            c.credential,
-                            time(c.created_at * 1000),
-                            live(c.revoked_at),
-                        ]
-                    })
-                    .collect()
-            }),
-        ),
-        _ => return (StatusCode::NOT_FOUND, "no such page").into_response(),
+    let (head, rows) = match rows {
+        Ok(r) => r,
+        Err(e) => return unavailable(title, &e),
     };
-    let Ok(rows) = rows else {
-        let body =
-            "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
-        return html(StatusCode::SERVICE_UNAVAILABLE, &layout(title, body));
-    };
-    let mut b = nav(&c, &who.admin).await;
-    let _ = write!(b, "<table id={view}><tr>");
+    let mut b = nav(true);
+    let _ = write!(b, "<table id=listing><tr>");
     for h in head {
-        let _ = write!(b, "<th>{h}</th>");
+        let _ = write!(b, "<th>{}</th>", esc(h));
     }
     b.push_str("</tr>");
-    for r in rows {
+    for row in &rows {
         b.push_str("<tr>");
-        for cell in r {
-            let _ = write!(b, "<td>{}</td>", esc(&cell));
+        for cell in row {
+            let _ = write!(b, "<td>{}</td>", esc(cell));
         }
         b.push_str("</tr>");
     }
-    b.push_str("</table><p class=muted>Read-only: change these with the CLI or the admin API.</p>");
+    b.push_str("</table>");
+    if rows.is_empty() {
+        b.push_str("<p class=muted>None yet.</p>");
+    }
     html(StatusCode::OK, &layout(title, &b))
 }
 
-fn live(revoked_at: Option<i64>) -> String {
-    match revoked_at {
-        Some(t) => format!("revoked {}", time(t * 1000)),
-        None => "live".to_string(),
-    }
+async fn credentials_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let rows = service::credentials(&c.state.store).await.map(|rows| {
+        let head = vec!["Name", "Upstream", "Scheme", "Created"];
+        let rows = rows
+            .into_iter()
+            .map(|r| vec![r.name, r.upstream, r.scheme, time(r.created_at * 1000)])
+            .collect();
+        (head, rows)
+    });
+    listing(&c, &headers, "Credentials", rows).await
+}
+
+async fn callers_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let rows = service::callers(&c.state.store).await.map(|rows| {
+        let head = vec!["Name", "State", "Groups", "Created"];
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                let state = if r.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "live"
+                };
+                vec![
+                    r.name,
+                    state.into(),
+                    r.groups.join(", "),
+                    time(r.created_at * 1000),
+                ]
+            })
+            .collect();
+        (head, rows)
+    });
+    listing(&c, &headers, "Callers", rows).await
+}
+
+async fn connections_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let public_url = &c.state.config.public_url;
+    let rows = service::connections(&c.state.store, public_url)
+        .await
+        .map(|rows| {
+            let head = vec!["URL", "Caller", "Credential", "State", "Created"];
+            let rows = rows
+                .into_iter()
+                .map(|r| {
+                    let state = r.state.as_str().to_string();
+                    vec![
+                        r.url,
+                        r.caller,
+                        r.credential,
+                        state,
+                        time(r.created_at * 1000),
+                    ]
+                })
+                .collect();
+            (head, rows)
+        });
+    listing(&c, &headers, "Connections", rows).await
+}
+
+/// The database failed: say so, log why.
+fn unavailable(title: &str, e: &dyn std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "console: the store failed");
+    let body = "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
+    html(StatusCode::SERVICE_UNAVAILABLE, &layout(title, body))
 }
 
 fn time(ms: i64) -> String {
@@ -712,11 +765,11 @@ fn html(status: StatusCode, body: &str) -> Response {
 }
 
 fn layout(title: &str, body: &str) -> String {
-    layout_with(title, "", body)
+    layout_head(title, "", body)
 }
 
-/// The page around `body`, with `head` (more of the head: a refresh).
-fn layout_with(title: &str, head: &str, body: &str) -> String {
+/// [`layout`] with extra `<head>` markup (tessera's own, never escaped).
+fn layout_head(title: &str, head: &str, body: &str) -> String {
     format!(
         "<!doctype html><html lang=en><head><meta charset=utf-8>{head}\
          <meta name=viewport content=\"width=device-width, initial-scale=1\">\
@@ -728,6 +781,7 @@ fn layout_with(title: &str, head: &str, body: &str) -> String {
          form.inline{{display:inline}}button{{font:inherit;padding:.2rem .8rem;cursor:pointer}}\
          .grant{{background:#1a7f37;color:#fff;border:0;border-radius:4px}}.deny{{background:#cf222e;color:#fff;border:0;border-radius:4px}}\
          .v-deny{{color:#a00}}.v-ask{{color:#9a6700}}.v-allow{{color:#1a7f37}}\
+         nav{{margin-bottom:1rem}}#filter{{margin:1rem 0}}\
          </style></head><body><h1>tessera · {t}</h1>{body}</body></html>",
         t = esc(title),
     )

@@ -43,6 +43,10 @@ pub enum AdminError {
     BadUses(i64),
     #[error("invalid role {0:?}: use admin or approver")]
     BadRole(String),
+    #[error("nothing to change")]
+    NothingToChange,
+    #[error("{0} does not apply to a credential of scheme {1}")]
+    NotForScheme(&'static str, &'static str),
     #[error("invalid scheme {0:?}: use bearer, basic, header or oauth2")]
     BadScheme(String),
     #[error("{0}")]
@@ -62,7 +66,12 @@ labelled! {
         CredentialSetSecret => "credential.set-secret",
         CredentialLogin => "credential.login",
         CallerAdd => "caller.add",
+        CredentialUpdate => "credential.update",
+        CredentialRemove => "credential.remove",
         CallerRevoke => "caller.revoke",
+        CallerRotateToken => "caller.rotate-token",
+        CallerUpdate => "caller.update",
+        CallerRestore => "caller.restore",
         ConnectionAdd => "connection.add",
         ConnectionRevoke => "connection.revoke",
         AdminTokenAdd => "admin-token.add",
@@ -169,6 +178,52 @@ impl<'a> Admin<'a> {
     ) -> Result<SecretString, AdminError> {
         self.record(Action::CallerAdd, name, async |s| {
             caller_add(s, name, groups).await
+        })
+        .await
+    }
+
+    pub async fn credential_update(&self, change: CredentialChange<'_>) -> Result<(), AdminError> {
+        let name = change.name;
+        self.record(Action::CredentialUpdate, name, async |s| {
+            credential_update(s, change).await
+        })
+        .await
+    }
+
+    pub async fn credential_remove(&self, name: &str, cascade: bool) -> Result<(), AdminError> {
+        self.record(Action::CredentialRemove, name, async |s| {
+            Ok(s.remove_credential(name, cascade).await?)
+        })
+        .await
+    }
+
+    /// A live caller's new token (the old one stops within a second).
+    pub async fn caller_rotate_token(&self, name: &str) -> Result<SecretString, AdminError> {
+        self.record(Action::CallerRotateToken, name, async |s| {
+            let token = new_caller_token();
+            s.set_caller_token(name, &token_digest(token.expose_secret().as_bytes()))
+                .await?;
+            Ok(token)
+        })
+        .await
+    }
+
+    /// A revoked caller live again, with a new token.
+    pub async fn caller_restore(&self, name: &str) -> Result<SecretString, AdminError> {
+        self.record(Action::CallerRestore, name, async |s| {
+            let token = new_caller_token();
+            s.restore_caller(name, &token_digest(token.expose_secret().as_bytes()))
+                .await?;
+            Ok(token)
+        })
+        .await
+    }
+
+    /// A live caller's groups, replaced by `groups`.
+    pub async fn caller_update(&self, name: &str, groups: &[String]) -> Result<(), AdminError> {
+        self.record(Action::CallerUpdate, name, async |s| {
+            let groups = check_groups(groups)?;
+            Ok(s.set_caller_groups(name, &groups).await?)
         })
         .await
     }
@@ -292,11 +347,35 @@ pub struct CallerView {
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ConnectionView {
     pub id: String,
+    /// The URL an agent uses, on this process's public URL.
+    pub url: String,
     pub caller: String,
     pub credential: String,
+    /// What a request on it meets: `live`, `revoked` (the connection) or
+    /// `caller-revoked` (its caller; the connection serves no one).
+    pub state: ConnectionState,
     /// Unix seconds.
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+}
+
+/// A connection's effective state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectionState {
+    Live,
+    Revoked,
+    CallerRevoked,
+}
+
+impl ConnectionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionState::Live => "live",
+            ConnectionState::Revoked => "revoked",
+            ConnectionState::CallerRevoked => "caller-revoked",
+        }
+    }
 }
 
 pub async fn credentials(store: &Store) -> Result<Vec<CredentialView>, AdminError> {
@@ -333,12 +412,22 @@ pub async fn callers(store: &Store) -> Result<Vec<CallerView>, AdminError> {
         .collect())
 }
 
-pub async fn connections(store: &Store) -> Result<Vec<ConnectionView>, AdminError> {
+/// Every connection, with its URL on `public_url` and its effective state.
+pub async fn connections(
+    store: &Store,
+    public_url: &Url,
+) -> Result<Vec<ConnectionView>, AdminError> {
     Ok(store
         .connections()
         .await?
         .into_iter()
         .map(|r| ConnectionView {
+            url: connection_url(public_url, &r.id),
+            state: match (r.revoked_at, r.caller_revoked_at) {
+                (Some(_), _) => ConnectionState::Revoked,
+                (None, Some(_)) => ConnectionState::CallerRevoked,
+                (None, None) => ConnectionState::Live,
+            },
             id: r.id,
             caller: r.caller,
             credential: r.credential,
@@ -707,12 +796,7 @@ pub(super) async fn caller_add(
     groups: &[String],
 ) -> Result<SecretString, AdminError> {
     check_name(name)?;
-    for g in groups {
-        check_name(g)?;
-    }
-    let mut groups = groups.to_vec();
-    groups.sort();
-    groups.dedup();
+    let groups = check_groups(groups)?;
     let token = new_caller_token();
     store
         .add_caller(
@@ -722,6 +806,127 @@ pub(super) async fn caller_add(
         )
         .await?;
     Ok(token)
+}
+
+/// Groups as stored: each a valid name, sorted, once.
+fn check_groups(groups: &[String]) -> Result<Vec<String>, AdminError> {
+    for g in groups {
+        check_name(g)?;
+    }
+    let mut groups = groups.to_vec();
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
+}
+
+/// A change to a credential's definition: each field changed when given.
+/// The secret changes with `set-secret`; the scheme with a new credential.
+pub struct CredentialChange<'a> {
+    pub name: &'a str,
+    /// Whether internal and plain-HTTP upstreams may be registered.
+    pub egress: crate::upstream::egress::Egress,
+    pub upstream: Option<&'a str>,
+    /// The header's name (`--scheme header` only).
+    pub header_name: Option<&'a str>,
+    /// The user name (`--scheme basic` only).
+    pub username: Option<&'a str>,
+    /// OAuth settings (`--scheme oauth2` only): the token endpoint, the
+    /// scopes (replacing the old ones) and the audience. A change drops
+    /// the cached access token, so the next request asks with them.
+    pub token_url: Option<&'a str>,
+    pub scopes: Option<Vec<String>>,
+    pub audience: Option<&'a str>,
+}
+
+impl CredentialChange<'_> {
+    /// Whether it changes anything.
+    pub fn is_empty(&self) -> bool {
+        self.upstream.is_none()
+            && self.header_name.is_none()
+            && self.username.is_none()
+            && self.token_url.is_none()
+            && self.scopes.is_none()
+            && self.audience.is_none()
+    }
+}
+
+pub(super) async fn credential_update(
+    store: &Store,
+    c: CredentialChange<'_>,
+) -> Result<(), AdminError> {
+    if c.is_empty() {
+        return Err(AdminError::NothingToChange);
+    }
+    let row = store
+        .credentials()
+        .await?
+        .into_iter()
+        .find(|r| r.name == c.name)
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "credential",
+            name: c.name.to_string(),
+        })?;
+    let upstream = match c.upstream {
+        Some(u) => {
+            let url = check_upstream(u)?;
+            check_egress(c.egress, "upstream URL", &url).await?;
+            Some(url.to_string())
+        }
+        None => None,
+    };
+    let scheme = match row.oauth {
+        Some(_) => "oauth2",
+        None => row.scheme.as_str(),
+    };
+    let not_for = |what: &'static str| AdminError::NotForScheme(what, scheme);
+    if c.header_name.is_some() && scheme != "header" {
+        return Err(not_for("--header-name"));
+    }
+    if c.username.is_some() && scheme != "basic" {
+        return Err(not_for("--username"));
+    }
+    let oauth_change = c.token_url.is_some() || c.scopes.is_some() || c.audience.is_some();
+    let oauth = match (&row.oauth, oauth_change) {
+        (None, true) => return Err(not_for("--token-url, --scope and --audience")),
+        (Some(doc), true) => {
+            let mut config: crate::credentials::oauth::OAuthConfig = serde_json::from_str(doc)
+                .map_err(|_| AdminError::OAuth("the credential's OAuth settings are unreadable"))?;
+            if let Some(t) = c.token_url {
+                let url = check_upstream(t).map_err(|e| match e {
+                    AdminError::BadUpstream(u, why) => AdminError::BadTokenUrl(u, why),
+                    e => e,
+                })?;
+                check_egress(c.egress, "--token-url", &url).await?;
+                config.token_url = url;
+            }
+            if let Some(scopes) = c.scopes {
+                config.scopes = scopes;
+            }
+            if let Some(a) = c.audience {
+                config.audience = Some(a.to_string()).filter(|a| !a.is_empty());
+            }
+            Some(serde_json::to_string(&config).expect("settings serialize"))
+        }
+        (_, false) => None,
+    };
+    // The same checks as at registration, on a stand-in secret.
+    let stand_in = SecretString::from("x".to_string());
+    injection(
+        row.scheme,
+        c.header_name.or(row.header_name.as_deref()),
+        c.username.or(row.username.as_deref()),
+        &stand_in,
+    )?;
+    let header_name = c.header_name.map(str::to_ascii_lowercase);
+    Ok(store
+        .update_credential(crate::store::model::CredentialUpdate {
+            name: c.name,
+            upstream: upstream.as_deref(),
+            header_name: header_name.as_deref(),
+            username: c.username,
+            oauth: oauth.as_deref(),
+        })
+        .await?)
 }
 
 pub(super) async fn caller_revoke(store: &Store, name: &str) -> Result<(), AdminError> {

@@ -13,6 +13,7 @@ pub(crate) enum AdminTokenCmd {
     /// store keeps only its SHA-256). Restart serve to open the admin
     /// listener if this is the first token.
     Add {
+        /// The token's name, as the admin audit records its actions.
         name: String,
         /// admin (everything) or approver (list, show and decide
         /// approvals and read the audit trail, on the API and the console).
@@ -21,8 +22,10 @@ pub(crate) enum AdminTokenCmd {
     },
     /// Revoke an admin token: the admin API refuses it at once.
     Revoke {
+        /// The token's name.
         name: String,
     },
+    /// Every admin token: name and state (never the token).
     List,
 }
 
@@ -51,7 +54,7 @@ pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
         AdminTokenCmd::List => {
             let rows = store.admin_tokens().await?;
             if at.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                out!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let table: Vec<Vec<String>> = rows
                     .into_iter()

@@ -14,8 +14,10 @@ pub(crate) enum ApprovalCmd {
     /// Pending approvals, newest first (with --all, decided and expired
     /// ones too).
     List {
+        /// Every state, not only pending ones.
         #[arg(long)]
         all: bool,
+        /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: i64,
         /// The next page: those listed after this approval id (the last
@@ -25,10 +27,14 @@ pub(crate) enum ApprovalCmd {
     },
     /// One approval in full: the held call with its arguments, its state,
     /// who decided and when.
-    Show { id: String },
+    Show {
+        /// The approval's id (the one the held call's answer quotes).
+        id: String,
+    },
     /// Allow the held call (same tool, params, sub-path, query and session)
     /// to run. Only a pending approval can be granted.
     Grant {
+        /// The approval's id (the one the held call's answer quotes).
         id: String,
         /// How long the grant lasts: 30s, 10m, 1h, 7d.
         #[arg(long, default_value = "10m")]
@@ -39,9 +45,15 @@ pub(crate) enum ApprovalCmd {
     },
     /// Refuse a pending call (the denial stands and stays listed), or
     /// revoke a live grant.
-    Deny { id: String },
+    Deny {
+        /// The approval's id.
+        id: String,
+    },
     /// End a live grant before its TTL or uses run out.
-    Revoke { id: String },
+    Revoke {
+        /// The approval's id.
+        id: String,
+    },
 }
 
 /// A time as a person reads it (UTC, to the second).
@@ -112,7 +124,7 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             let mut table = Vec::with_capacity(rows.len());
             for a in rows {
                 if at.json {
-                    println!("{}", serde_json::to_string(&a)?);
+                    out!("{}", serde_json::to_string(&a)?);
                     continue;
                 }
                 table.push(vec![
@@ -148,7 +160,7 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
         ApprovalCmd::Show { id } => {
             let a = service::approval(&store, with, &id).await?;
             if at.json {
-                println!("{}", serde_json::to_string_pretty(&a)?);
+                out!("{}", serde_json::to_string_pretty(&a)?);
                 return Ok(());
             }
             let mut rows = vec![

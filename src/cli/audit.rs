@@ -13,23 +13,30 @@ pub(crate) async fn audit(
     follow: bool,
 ) -> Result<()> {
     if !json {
-        println!(
+        out!(
             "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} REASON",
-            "TIME", "CALLER", "CONN", "HTTP", "METHOD", "TOOL", "VERDICT", "STATUS"
+            "TIME",
+            "CALLER",
+            "CONN",
+            "HTTP",
+            "METHOD",
+            "TOOL",
+            "VERDICT",
+            "STATUS"
         );
     }
     loop {
         let rows = store.audit(&q).await?;
         for r in &rows {
             if json {
-                println!("{}", serde_json::to_string(r)?);
+                out!("{}", serde_json::to_string(r)?);
             } else {
                 let at = std::time::UNIX_EPOCH + Duration::from_millis(r.at.max(0) as u64);
                 // Method, tool and reason are an agent's words: printable.
                 let p = |s: Option<&str>| {
                     tessera::telemetry::log::printable(s.unwrap_or("-")).into_owned()
                 };
-                println!(
+                out!(
                     "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} {}",
                     tessera::telemetry::log::rfc3339(at),
                     r.caller,

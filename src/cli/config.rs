@@ -53,30 +53,64 @@ pub(crate) fn config_check(
     if let Some(serve) = cmd.find_subcommand("serve") {
         push(check, serve);
     }
-    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-    for (key, value, source) in &rows {
-        println!("{key:<width$}  {value:<40}  ({source})");
+    // Settings left unset whose value serve derives (from --listen, the
+    // open-file limit, the body size) show that value.
+    if let Ok(c) = tessera::config::parse_serve(raw_serve(a)) {
+        let derived = [
+            ("listen", c.listen.to_string()),
+            ("public-url", c.public_url.to_string()),
+            ("max-connections", c.max_connections.to_string()),
+            (
+                "max-connections-per-source",
+                c.max_connections_per_source.to_string(),
+            ),
+            ("max-body-memory", c.max_body_memory.to_string()),
+        ];
+        for (key, value) in derived {
+            if let Some(row) = rows.iter_mut().find(|r| r.0 == key) {
+                if row.2 == "unset" {
+                    (row.1, row.2) = (value, "derived");
+                } else if row.1 != value {
+                    row.1 = format!("{} (= {value})", row.1);
+                }
+            }
+        }
     }
-    let mut ok = true;
-    let mut fail = |e: String| {
-        eprintln!("tessera: invalid configuration: {e}");
-        ok = false;
-    };
+    let mut errors = Vec::new();
     if let Some(url) = &cli.database_url {
         if let Err(e) = url.parse::<tessera::store::DatabaseUrl>() {
-            fail(format!("--database-url: {e}"));
+            errors.push(format!("--database-url: {e}"));
         }
     }
     if let Err(e) = tessera::config::parse_serve(raw_serve(a)) {
-        fail(e.to_string());
+        errors.push(e.to_string());
     }
     if let Err(e) = load_policies(a.policies.as_deref()) {
-        fail(format!("--policies: {e:#}"));
+        errors.push(format!("--policies: {e:#}"));
     }
-    if ok {
-        println!("configuration valid");
+    if cli.json {
+        let settings: Vec<_> = rows
+            .iter()
+            .map(|(key, value, source)| serde_json::json!({"key": key, "value": value, "source": source}))
+            .collect();
+        let valid = errors.is_empty();
+        out!(
+            "{}",
+            serde_json::json!({"settings": settings, "valid": valid, "errors": errors})
+        );
+        return valid;
     }
-    ok
+    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    for (key, value, source) in &rows {
+        out!("{key:<width$}  {value:<40}  ({source})");
+    }
+    for e in &errors {
+        eprintln!("tessera: invalid configuration: {e}");
+    }
+    if errors.is_empty() {
+        out!("configuration valid");
+    }
+    errors.is_empty()
 }
 
 /// A setting's value as `config check` shows it: a database password or

@@ -7,23 +7,54 @@ use tessera::admin::service::{Admin, CLI};
 
 use super::*;
 
+/// Where `serve` answers, from the settings `serve` reads (flag,
+/// environment, settings file, default), so that a printed URL is the one
+/// served.
+#[derive(clap::Args)]
+pub(crate) struct Address {
+    /// Base of connection URLs, as `serve --public-url` (default: from
+    /// --listen).
+    #[arg(long, env = "TESSERA_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// `serve`'s --listen, for the URL when no --public-url is given.
+    #[arg(long, env = "TESSERA_LISTEN", default_value = tessera::config::DEFAULT_LISTEN, value_parser = tessera::config::parse_listen)]
+    listen: std::net::SocketAddr,
+}
+
+impl Address {
+    fn public_url(&self) -> Result<url::Url> {
+        Ok(tessera::config::public_url(
+            self.listen,
+            self.public_url.as_deref(),
+        )?)
+    }
+}
+
 #[derive(Subcommand)]
 pub(crate) enum ConnectionCmd {
     /// Allocate an address; its URL is printed as the last line.
     Add {
+        /// The caller (agent identity) that may use it.
         #[arg(long)]
         caller: String,
+        /// The credential its requests carry upstream.
         #[arg(long)]
         credential: String,
-        #[arg(long, env = "TESSERA_PUBLIC_URL")]
-        public_url: Option<String>,
+        #[command(flatten)]
+        address: Address,
     },
+    /// Revoke a connection: its URL stops answering within a second.
     Revoke {
         /// The connection's id or URL (an id may begin with '-').
         #[arg(allow_hyphen_values = true)]
         id_or_url: String,
     },
-    List,
+    /// Every connection: its URL, caller, credential and effective state
+    /// (`live`, `revoked`, `caller-revoked`).
+    List {
+        #[command(flatten)]
+        address: Address,
+    },
 }
 
 pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
@@ -32,14 +63,9 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
         ConnectionCmd::Add {
             caller,
             credential,
-            public_url,
+            address,
         } => {
-            let public_url = match public_url {
-                Some(u) => tessera::config::parse_public_url(&u)?,
-                None => {
-                    tessera::config::default_public_url(tessera::config::DEFAULT_LISTEN.parse()?)
-                }
-            };
+            let public_url = address.public_url()?;
             let url = Admin::new(&store, CLI)
                 .connection_add(&public_url, &caller, &credential)
                 .await?;
@@ -59,16 +85,16 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                 serde_json::json!({"revoked": service::connection_id(&id_or_url)?}),
             );
         }
-        ConnectionCmd::List => {
-            let rows = service::connections(&store).await?;
+        ConnectionCmd::List { address } => {
+            let rows = service::connections(&store, &address.public_url()?).await?;
             if at.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                out!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let table: Vec<Vec<String>> = rows
                     .into_iter()
-                    .map(|r| vec![r.id, r.caller, r.credential, live(r.revoked_at).into()])
+                    .map(|r| vec![r.url, r.caller, r.credential, r.state.as_str().into()])
                     .collect();
-                print_table(&["ID", "CALLER", "CREDENTIAL", "STATUS"], &table);
+                print_table(&["URL", "CALLER", "CREDENTIAL", "STATUS"], &table);
             }
         }
     }

@@ -17,8 +17,8 @@ use super::*;
 pub(crate) struct EgressArgs {
     /// Allow upstreams (and OAuth token URLs) on loopback, private,
     /// link-local or metadata addresses, and over plain http://. Off by
-    /// default: a sidecar whose upstream runs on the same host needs it
-    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS")]
+    /// default: a sidecar whose upstream runs on the same host needs it.
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_UPSTREAMS", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) allow_private_upstreams: bool,
 }
 
@@ -62,11 +62,13 @@ pub(crate) struct OAuthArgs {
     /// The authorization server's token endpoint.
     #[arg(long)]
     pub(crate) token_url: Option<String>,
+    /// The client id tessera authenticates as at the token endpoint.
     #[arg(long)]
     pub(crate) client_id: Option<String>,
     /// A scope to ask for (repeatable).
     #[arg(long = "scope")]
     pub(crate) scopes: Vec<String>,
+    /// The `audience` parameter some authorization servers want.
     #[arg(long)]
     pub(crate) audience: Option<String>,
     /// An environment variable holding a refresh token: the refresh-token
@@ -83,9 +85,14 @@ pub(crate) enum CredentialCmd {
     /// Register an upstream and its credential. The secret is read from an
     /// environment variable or stdin, never from the command line.
     Add {
+        /// The credential's name (letters, digits, '.', '_', '-').
         name: String,
+        /// The upstream MCP server's URL (https; http and internal hosts
+        /// need --allow-private-upstreams).
         #[arg(long)]
         upstream: String,
+        /// How the secret is sent: bearer (Authorization: Bearer), basic,
+        /// header (--header-name), or oauth2 (a token from --token-url).
         #[arg(long, default_value = "bearer", value_parser = ["bearer", "basic", "header", "oauth2"])]
         scheme: String,
         /// The header that carries the secret with --scheme header.
@@ -105,6 +112,7 @@ pub(crate) enum CredentialCmd {
     /// requests within one refresh (250 ms by default); requests already
     /// sent finish with the old one.
     SetSecret {
+        /// The credential's name.
         name: String,
         #[command(flatten)]
         secret: SecretSource,
@@ -114,9 +122,13 @@ pub(crate) enum CredentialCmd {
     /// when no --client-id is given, print a URL to authorize tessera, and
     /// store the resulting tokens sealed.
     Login {
+        /// The credential's name.
         name: String,
+        /// The upstream MCP server's URL.
         #[arg(long)]
         upstream: String,
+        /// A client id registered with the authorization server (default:
+        /// dynamic client registration).
         #[arg(long)]
         client_id: Option<String>,
         /// An environment variable holding the client secret, for a
@@ -141,6 +153,43 @@ pub(crate) enum CredentialCmd {
         #[command(flatten)]
         egress: EgressArgs,
     },
+    /// Change a credential's upstream URL or scheme options; requests use
+    /// the change within one refresh. (The secret: set-secret.)
+    Update {
+        /// The credential's name.
+        name: String,
+        /// A new upstream URL.
+        #[arg(long)]
+        upstream: Option<String>,
+        /// A new header name (--scheme header credentials).
+        #[arg(long)]
+        header_name: Option<String>,
+        /// A new user name (--scheme basic credentials).
+        #[arg(long)]
+        username: Option<String>,
+        /// A new token endpoint (oauth2 credentials).
+        #[arg(long)]
+        token_url: Option<String>,
+        /// The scopes to ask for, replacing the old ones (repeatable;
+        /// oauth2 credentials).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// A new audience; "" removes it (oauth2 credentials).
+        #[arg(long)]
+        audience: Option<String>,
+        #[command(flatten)]
+        egress: EgressArgs,
+    },
+    /// Remove a credential and its sealed secret. Refused while a live
+    /// connection uses it, unless --cascade.
+    Remove {
+        /// The credential's name.
+        name: String,
+        /// Also remove the connections that use it.
+        #[arg(long)]
+        cascade: bool,
+    },
+    /// Every credential: name, upstream, scheme (never a secret).
     List,
 }
 
@@ -180,6 +229,44 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             at.say(
                 format!("credential {name} added for {upstream}"),
                 serde_json::json!({"added": name, "upstream": upstream}),
+            );
+        }
+        CredentialCmd::Update {
+            name,
+            upstream,
+            header_name,
+            username,
+            token_url,
+            scopes,
+            audience,
+            egress,
+        } => {
+            let change = service::CredentialChange {
+                name: &name,
+                egress: egress.egress(),
+                upstream: upstream.as_deref(),
+                header_name: header_name.as_deref(),
+                username: username.as_deref(),
+                token_url: token_url.as_deref(),
+                scopes: (!scopes.is_empty()).then_some(scopes),
+                audience: audience.as_deref(),
+            };
+            if change.is_empty() {
+                bail!("nothing to change: give --upstream, --header-name, --username, --token-url, --scope or --audience");
+            }
+            Admin::new(&store, CLI).credential_update(change).await?;
+            at.say(
+                format!("credential {name} updated"),
+                serde_json::json!({"updated": name}),
+            );
+        }
+        CredentialCmd::Remove { name, cascade } => {
+            Admin::new(&store, CLI)
+                .credential_remove(&name, cascade)
+                .await?;
+            at.say(
+                format!("credential {name} removed"),
+                serde_json::json!({"removed": name}),
             );
         }
         CredentialCmd::SetSecret { name, secret } => {
@@ -234,7 +321,7 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             Admin::new(&store, CLI)
                 .credential_login(&key, &client, spec, |line| {
                     use std::io::Write;
-                    println!("{line}");
+                    out!("{line}");
                     let _ = std::io::stdout().flush();
                 })
                 .await?;
@@ -242,7 +329,7 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
         CredentialCmd::List => {
             let rows = service::credentials(&store).await?;
             if at.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                out!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let table: Vec<Vec<String>> = rows
                     .into_iter()

@@ -40,21 +40,21 @@ pub(crate) async fn key(at: &Place, c: KeyCmd) -> Result<()> {
                 .await?;
             if at.json {
                 let v = serde_json::json!({"resealed": r.resealed, "new_key": r.new_id, "file": r.file});
-                println!("{v}");
+                out!("{v}");
                 return Ok(());
             }
-            println!(
+            out!(
                 "re-sealed {} {} under key {}",
                 r.resealed,
                 if r.resealed == 1 { "secret" } else { "secrets" },
                 r.new_id
             );
             match r.file {
-                Some(f) => println!(
+                Some(f) => out!(
                     "{} now holds the new key first; the old keys stay in it to open anything sealed meanwhile. Remove their lines once `tessera key status` shows them unused.",
                     f.display()
                 ),
-                None => println!(
+                None => out!(
                     "set TESSERA_MASTER_KEY for every process to the new key, then the old ones (comma-separated), until `tessera key status` shows the old ones unused"
                 ),
             }
@@ -66,7 +66,7 @@ pub(crate) async fn key(at: &Place, c: KeyCmd) -> Result<()> {
                     .iter()
                     .map(|u| serde_json::json!({"key": u.id, "in_ring": u.in_ring, "current": u.current, "sealed": u.sealed}))
                     .collect();
-                println!("{}", serde_json::Value::from(v));
+                out!("{}", serde_json::Value::from(v));
                 return Ok(());
             }
             let table: Vec<Vec<String>> = uses

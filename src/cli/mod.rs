@@ -3,6 +3,14 @@
 //! data dir, the database, the master key). One file per command group;
 //! the work is the library's, the printing is here.
 
+/// `println!` that ends the command quietly when the reader has gone away
+/// (`tessera audit | head -1`): see [`write_line`].
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::cli::write_line(format_args!($($t)*))
+    };
+}
+
 mod admin_token;
 mod approval;
 mod audit;
@@ -45,7 +53,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         env = "TESSERA_DATA_DIR",
-        default_value = "./tessera-data",
+        default_value = IMPLICIT_DATA_DIR,
         global = true
     )]
     pub(crate) data_dir: PathBuf,
@@ -77,13 +85,35 @@ pub(crate) struct Place {
     pub(crate) json: bool,
 }
 
+/// The data dir when none was named: `serve` and `init` create it; every
+/// other command refuses to, so that a command run from the wrong folder
+/// cannot "succeed" into a store no `serve` reads.
+pub(crate) const IMPLICIT_DATA_DIR: &str = "./tessera-data";
+
+/// Whether the store is the implicit default: no data dir named (flag,
+/// environment or settings file) and no database named.
+pub(crate) fn implicit_store(matches: &clap::ArgMatches, from_file: &[String]) -> bool {
+    let named = |id: &str, key: &str| {
+        from_file.iter().any(|k| k == key)
+            || matches!(
+                matches.value_source(id),
+                Some(
+                    clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable
+                )
+            )
+    };
+    !named("data_dir", "data-dir")
+        && !named("database_url", "database-url")
+        && std::env::var_os("TESSERA_DATABASE_URL_FILE").is_none()
+}
+
 impl Place {
     /// Print a command's result: `json` with `--json`, else `text`.
     pub(crate) fn say(&self, text: impl std::fmt::Display, json: serde_json::Value) {
         if self.json {
-            println!("{json}");
+            out!("{json}");
         } else {
-            println!("{text}");
+            out!("{text}");
         }
     }
 }
@@ -128,11 +158,16 @@ pub(crate) enum Cmd {
     /// The settings `serve` would run with.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Create the data dir (the SQLite database and the master key) or
+    /// migrate the named database; other admin commands refuse to create
+    /// the default ./tessera-data themselves.
+    Init,
     /// Apply the database migrations (serve and every command also do at
     /// start) and print the schema version.
     Migrate,
     /// The audit trail of authorization decisions, oldest first.
     Audit {
+        /// Only this caller's records.
         #[arg(long)]
         caller: Option<String>,
         /// A connection id (the last part of its URL; it may begin with '-').
@@ -178,6 +213,72 @@ pub(crate) fn settings(cmd: &clap::Command) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The commands that read `serve`'s settings from the settings file:
+/// `serve` itself, `config check` (which shows them), and the connection
+/// commands (whose URLs are built from `listen` and `public-url`).
+const READS_SERVE_SETTINGS: &[&[&str]] = &[
+    &["serve"],
+    &["config", "check"],
+    &["connection", "add"],
+    &["connection", "list"],
+];
+
+/// `cmd` with the setting `key` (a long flag name) of the subcommand at
+/// `path` defaulted by `set`, when that subcommand has the setting.
+fn with_setting(
+    cmd: clap::Command,
+    path: &[&str],
+    key: &str,
+    set: &dyn Fn(clap::Arg) -> clap::Arg,
+) -> clap::Command {
+    let Some((first, rest)) = path.split_first() else {
+        let id = settings(&cmd).into_iter().find(|s| s.0 == key).map(|s| s.1);
+        return match id {
+            Some(id) => cmd.mut_arg(id, set),
+            None => cmd,
+        };
+    };
+    if cmd.find_subcommand(first).is_none() {
+        return cmd;
+    }
+    cmd.mut_subcommand(*first, |c| with_setting(c, rest, key, set))
+}
+
+/// For a refused value, where it came from when not from the command line:
+/// the environment variable or the settings file that set it (clap's
+/// message names only the flag).
+fn value_source_note(e: &clap::Error, cmd: &clap::Command, from_file: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind as K};
+    if !matches!(e.kind(), K::ValueValidation | K::InvalidValue) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let on_line =
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if on_line {
+        return None;
+    }
+    fn find<'a>(cmd: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .or_else(|| cmd.get_subcommands().find_map(|s| find(s, long)))
+    }
+    let env = find(cmd, long)
+        .and_then(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| std::env::var_os(v).is_some());
+    match env {
+        Some(var) => Some(format!("note: the value comes from the environment variable {var}")),
+        None if from_file.iter().any(|k| k == long) => Some(format!(
+            "note: the value comes from the settings file ({long}); a flag or environment variable overrides it"
+        )),
+        None => None,
+    }
+}
+
 /// The command line, with the settings file's values as defaults of the
 /// global settings and of `serve` (and `config check`, which shows them).
 /// Also the file's keys, to tell where a value came from.
@@ -199,37 +300,43 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
             let set = |a: clap::Arg| a.default_values(values.clone());
             if let Some((_, id)) = global.iter().find(|s| s.0 == key) {
                 cmd = cmd.mut_arg(id, set);
-            } else if let Some((_, id)) = serve.iter().find(|s| s.0 == key) {
-                cmd = cmd
-                    .mut_subcommand("serve", |s| s.mut_arg(id, set))
-                    .mut_subcommand("config", |c| {
-                        c.mut_subcommand("check", |s| s.mut_arg(id, set))
-                    });
+            }
+            for path in READS_SERVE_SETTINGS {
+                cmd = with_setting(cmd, path, &key, &set);
             }
             from_file.push(key);
         }
     }
-    let matches = match cmd.try_get_matches() {
+    let matches = match cmd.clone().try_get_matches() {
         Ok(m) => m,
         Err(e) => {
             use clap::error::ErrorKind as K;
-            let bad_value = matches!(e.kind(), K::ValueValidation | K::InvalidValue);
-            if bad_value && !from_file.is_empty() {
-                let _ = e.print();
-                eprintln!(
-                    "note: the settings file sets {}; a flag or environment variable overrides it",
-                    from_file.join(", ")
-                );
-                std::process::exit(2);
+            let shown = matches!(
+                e.kind(),
+                K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+            );
+            if shown {
+                e.exit()
             }
-            e.exit()
+            let note = value_source_note(&e, &cmd, &from_file);
+            let text = hide_secrets(e.render().to_string().trim());
+            let text = match &note {
+                Some(n) => format!("{text}\n{n}"),
+                None => text,
+            };
+            if json_requested() {
+                report_error(text.trim_start_matches("error: "), true);
+            } else {
+                eprintln!("{text}");
+            }
+            std::process::exit(e.exit_code())
         }
     };
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     Ok((cli, matches, from_file))
 }
 
-pub(crate) async fn dispatch(cli: Cli) -> Result<()> {
+pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
     let database = match (
         cli.database_url,
         std::env::var_os("TESSERA_DATABASE_URL_FILE"),
@@ -253,8 +360,34 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<()> {
         data_dir: cli.data_dir,
         json: cli.json,
     };
+    let creates = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Init);
+    if implicit && !creates && !at.data_dir.exists() {
+        let here = std::env::current_dir()
+            .map(|d| d.join("tessera-data").display().to_string())
+            .unwrap_or_else(|_| IMPLICIT_DATA_DIR.to_string());
+        anyhow::bail!(
+            "no tessera data dir at {here}: run this where `tessera serve` runs, or name its store with --data-dir DIR (TESSERA_DATA_DIR) or --database-url URL (TESSERA_DATABASE_URL), or create one here with `tessera init`"
+        );
+    }
     match cli.cmd {
         Cmd::Serve(a) => serve(&at, *a).await,
+        Cmd::Init => {
+            let store = at.store().await?;
+            // The master key too: created beside a new SQLite database.
+            existing_master_key(&at.data_dir, &store).await?;
+            let v = store.schema_version();
+            let place = match &at.database {
+                Some(url) => url.to_string(),
+                None => at.data_dir.display().to_string(),
+            };
+            at.say(
+                format!(
+                    "tessera store ready at {place} (schema at migration {v}); next: tessera serve"
+                ),
+                serde_json::json!({"store": place, "schema_version": v}),
+            );
+            Ok(())
+        }
         Cmd::Credential(c) => credential(&at, c).await,
         Cmd::Caller(c) => caller(&at, c).await,
         Cmd::Connection(c) => connection(&at, c).await,
@@ -298,6 +431,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<()> {
                 }),
                 after_id: None,
                 limit: limit.max(1),
+                ..Default::default()
             };
             audit(&store, q, at.json, follow).await
         }
@@ -340,4 +474,33 @@ pub(crate) async fn existing_master_key(
     MasterKey::load_existing(env.as_deref(), data_dir).with_context(|| {
         "the database holds sealed secrets but no master key was found: set TESSERA_MASTER_KEY (or TESSERA_MASTER_KEY_FILE) or restore master.key in the data dir"
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and every flag or argument says what it is for in
+    /// `--help`.
+    #[test]
+    fn every_command_and_flag_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.get_help().is_none() && !matches!(id, "help" | "version") {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for s in cmd.get_subcommands() {
+                let path = format!("{path} {}", s.get_name());
+                if s.get_about().is_none() && s.get_name() != "help" {
+                    missing.push(path.clone());
+                }
+                walk(s, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "tessera", &mut missing);
+        assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
 }

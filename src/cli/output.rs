@@ -5,6 +5,72 @@ use std::io::{IsTerminal, Read};
 use anyhow::{bail, Context, Result};
 use tessera::crypto::keyring::SecretString;
 
+/// One line on stdout. A reader that went away (`tessera audit | head -1`,
+/// a closed pipe) ends the command quietly with success, as Unix tools do;
+/// any other write error ends it with that error.
+pub(crate) fn write_line(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}") {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("tessera: writing to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// A command's failure on stderr: `tessera: …` for a person, one JSON
+/// object `{"error": "…"}` with `--json`.
+pub(crate) fn report_error(message: &str, json: bool) {
+    if json {
+        eprintln!("{}", serde_json::json!({ "error": message }));
+    } else {
+        eprintln!("tessera: {message}");
+    }
+}
+
+/// A command-line error with every quoted value that looks like a secret
+/// hidden: a token pasted where a flag or a variable's name belongs
+/// (`--secret-stdin "$TOKEN"`) is echoed by the parser as "unexpected
+/// argument '…'", and an error goes to logs and terminals.
+pub(crate) fn hide_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut parts = text.split('\'');
+    out.push_str(parts.next().unwrap_or_default());
+    for (i, part) in parts.enumerate() {
+        out.push('\'');
+        // Odd pieces are inside quotes.
+        if i % 2 == 0 && looks_secret(part) {
+            out.push_str("[not shown: it looks like a secret]");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// A value shaped like a token or key rather than a name, flag, path or
+/// URL: long, one word, letters and digits mixed.
+pub(crate) fn looks_secret(s: &str) -> bool {
+    s.len() >= 16
+        && !s.chars().any(char::is_whitespace)
+        && !s.starts_with(['-', '/', '.', '<', '['])
+        && !s.contains("://")
+        && s.chars().any(|c| c.is_ascii_digit())
+        && s.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+/// Whether `--json` is among the arguments: for errors found before the
+/// command line is parsed.
+pub(crate) fn json_requested() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
 /// Rows under a header, each column as wide as its widest cell (names of
 /// any length stay aligned), the last column unpadded. Cells are shown
 /// printable (`tessera::telemetry::log::printable`): a tool name an agent chose cannot
@@ -35,7 +101,7 @@ pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
             let pad = width[i].saturating_sub(cell.chars().count());
             out.extend(std::iter::repeat_n(' ', pad));
         }
-        println!("{}", out.trim_end());
+        out!("{}", out.trim_end());
     };
     line(&mut header.iter().copied());
     for row in rows {
@@ -52,8 +118,23 @@ pub(crate) fn live(revoked_at: Option<i64>) -> &'static str {
     }
 }
 
+/// Whether `s` reads as the name of an environment variable rather than a
+/// secret pasted in its place (`--secret-env "$TOKEN"`): letters, digits
+/// and `_`, not starting with a digit, and either short or without
+/// lower-case letters (tokens mix cases and digits; variable names are
+/// conventionally upper case). A value that fails is never echoed.
+pub(crate) fn env_var_name(s: &str) -> bool {
+    let charset = s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.chars().next().is_some_and(|c| !c.is_ascii_digit());
+    let lower = s.chars().any(|c| c.is_ascii_lowercase());
+    charset && s.len() <= 64 && (!lower || s.len() < 20)
+}
+
 pub(crate) fn read_secret(env_var: Option<&str>) -> Result<SecretString> {
     let s = match env_var {
+        Some(var) if !env_var_name(var) => bail!(
+            "the --*-env flags take the name of an environment variable (like GITHUB_TOKEN), not its value; what was given is not shown, since it may be the secret itself"
+        ),
         Some(var) => std::env::var(var)
             .with_context(|| format!("environment variable {var} is not set (or not UTF-8)"))?,
         None => {
@@ -77,4 +158,53 @@ pub(crate) fn read_secret(env_var: Option<&str>) -> Result<SecretString> {
         bail!("the secret is empty");
     }
     Ok(SecretString::from(s.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_var_name;
+
+    #[test]
+    fn a_pasted_token_is_hidden_from_a_parse_error() {
+        let pasted = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
+        let e = format!("error: unexpected argument '{pasted}' found\n\nUsage: tessera credential add [OPTIONS] --upstream <UPSTREAM> <NAME>");
+        let shown = super::hide_secrets(&e);
+        assert!(!shown.contains(pasted), "{shown}");
+        assert!(
+            shown.contains("'[not shown: it looks like a secret]'"),
+            "{shown}"
+        );
+        for kept in [
+            "error: invalid value 'maybe' for '--allow-private-upstreams'",
+            "error: unexpected argument '--secret' found",
+            "error: invalid value 'http://127.0.0.1:7470/c/abc123def456ghi789' for '--public-url <PUBLIC_URL>'",
+            "error: invalid value 'localhost:99999' for '--listen <LISTEN>'",
+        ] {
+            assert_eq!(super::hide_secrets(kept), kept);
+        }
+    }
+
+    #[test]
+    fn a_pasted_token_is_not_taken_for_a_variable_name() {
+        for name in [
+            "GITHUB_TOKEN",
+            "TEST_SECRET",
+            "my_token",
+            "_X1",
+            "TESSERA_MAX_PENDING_APPROVALS",
+        ] {
+            assert!(env_var_name(name), "{name}");
+        }
+        for value in [
+            "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            "tsr_aB3dEf5gH7jK9mN1pQ3sT5vX7zA9cE1g",
+            "sk-live-123",
+            "secret with spaces",
+            "1ABC",
+            "",
+            "xoxb-1234-abcd",
+        ] {
+            assert!(!env_var_name(value), "{value}");
+        }
+    }
 }

@@ -22,14 +22,16 @@ pub(crate) enum PolicyCmd {
     Reload,
     /// Show the decision for a request, and the policies that made it.
     Explain {
+        /// The caller's name.
         #[arg(long)]
         caller: String,
-        /// The connection id (the last part of its URL; it may begin with '-').
+        /// The connection's id or URL (an id may begin with '-').
         #[arg(long, allow_hyphen_values = true)]
         connection: String,
         /// The JSON-RPC method (tools/call, tools/list, …).
         #[arg(long, required_unless_present = "http_method")]
         method: Option<String>,
+        /// The tool's name, for tools/call.
         #[arg(long)]
         tool: Option<String>,
         /// The tool's arguments, as JSON.
@@ -82,10 +84,10 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
             let p = load_policies(dir.as_deref())?;
             if at.json {
                 let v = serde_json::json!({"origin": p.origin, "count": p.len(), "files": p.files, "ids": p.ids()});
-                println!("{v}");
+                out!("{v}");
                 return Ok(());
             }
-            println!(
+            out!(
                 "{}: {} {} valid against the schema ({})",
                 p.origin,
                 p.len(),
@@ -93,7 +95,7 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 p.files.join(", ")
             );
             for id in p.ids() {
-                println!("  {id}");
+                out!("  {id}");
             }
         }
         PolicyCmd::Explain {
@@ -115,10 +117,20 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 .values()
                 .find(|c| c.name == caller)
                 .with_context(|| format!("no live caller named {caller:?}"))?;
+            let connection = tessera::admin::service::connection_id(&connection)?.to_string();
             let conn = snap
                 .connections
                 .get(&connection)
                 .with_context(|| format!("no live connection {connection:?}"))?;
+            if let Some(m) = method.as_deref() {
+                let mcp =
+                    tessera::authz::METHOD_ACTIONS.contains(&m) || m.starts_with("notifications/");
+                if !mcp {
+                    eprintln!(
+                        "warning: {m:?} is no MCP method; policies see it as the action \"other\""
+                    );
+                }
+            }
             let http_method: http::Method = http_method
                 .as_deref()
                 .unwrap_or("POST")
@@ -155,22 +167,22 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                     "caller": caller, "connection": connection, "tool": tool,
                     "determined_by": e.policies, "errors": e.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 });
-                println!("{v}");
+                out!("{v}");
                 return Ok(());
             }
-            println!("decision: {decision}");
-            println!(
+            out!("decision: {decision}");
+            out!(
                 "action: {} (caller {caller}, connection {connection}{})",
                 tessera::authz::action_name(&http_method, rpc_method),
                 tool.map(|t| format!(", tool {t}")).unwrap_or_default()
             );
             if e.policies.is_empty() {
-                println!("determined by: no policy permits it");
+                out!("determined by: no policy permits it");
             } else {
-                println!("determined by: {}", e.policies.join(", "));
+                out!("determined by: {}", e.policies.join(", "));
             }
             for err in &e.errors {
-                println!("error: {err}");
+                out!("error: {err}");
             }
         }
     }

@@ -17,7 +17,7 @@ pub(crate) struct ServeArgs {
     pub(crate) settings: RawServe,
     /// The admin API, health and metrics listener. It opens only when at
     /// least one admin token exists (tessera admin-token add NAME).
-    #[arg(long, env = "TESSERA_ADMIN_LISTEN", default_value = tessera::config::DEFAULT_ADMIN_LISTEN)]
+    #[arg(long, env = "TESSERA_ADMIN_LISTEN", default_value = tessera::config::DEFAULT_ADMIN_LISTEN, value_parser = tessera::config::parse_listen)]
     pub(crate) admin_listen: SocketAddr,
     /// On SIGTERM (or Ctrl-C): how long requests in flight may take to
     /// finish, after event streams were ended and new connections refused.

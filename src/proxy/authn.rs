@@ -27,11 +27,13 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
     (!t.is_empty()).then_some(t)
 }
 
-/// The caller a request's token belongs to, or 401.
+/// The caller a request's token belongs to; else no token
+/// ([`ProxyError::Unauthorized`]) or an unknown one
+/// ([`ProxyError::UnknownToken`]), both 403.
 pub fn authenticate(snap: &Snapshot, headers: &HeaderMap) -> Result<Arc<Caller>, ProxyError> {
     let token = bearer_token(headers).ok_or(ProxyError::Unauthorized)?;
     let digest = token_digest(token);
-    let caller = snap.callers.get(&digest).ok_or(ProxyError::Unauthorized)?;
+    let caller = snap.callers.get(&digest).ok_or(ProxyError::UnknownToken)?;
     Ok(caller.clone())
 }
 

@@ -30,10 +30,13 @@ pub enum ProxyError {
     #[error("request header fields too large: tessera accepts at most {0} header fields and {1} bytes of them")]
     HeadersTooLarge(usize, usize),
     // ---- the caller ------------------------------------------------------
-    #[error(
-        "unauthorized: send the caller token tessera issued as 'Authorization: Bearer <token>'"
-    )]
+    /// No caller token (no `Authorization: Bearer`, another scheme, two
+    /// headers). Answered 403, not 401: see [`ProxyError::status`].
+    #[error("unauthenticated: no caller token; send the caller token tessera issued as 'Authorization: Bearer <token>'")]
     Unauthorized,
+    /// A caller token tessera does not know.
+    #[error("unauthenticated: tessera does not know this caller token (mistyped, revoked or rotated); send the caller token tessera issued as 'Authorization: Bearer <token>'")]
+    UnknownToken,
     #[error("forbidden: {0}")]
     Denied(String),
     /// A `tools/call` that policy refused: answered as a tool result with
@@ -242,7 +245,16 @@ impl ProxyError {
             ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
             ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
             ApprovalUnavailable | AuditUnavailable | BodyMemory => StatusCode::SERVICE_UNAVAILABLE,
-            Unauthorized => StatusCode::UNAUTHORIZED,
+            // Not 401: to an MCP client a 401 means "run OAuth for this
+            // resource" (MCP authorization), whatever its challenge says.
+            // Inspector starts OAuth discovery on any 401 (and fails with
+            // "Interactive OAuth requires a TTY" without a terminal), as
+            // do clients with an OAuth provider; tessera's callers hold a
+            // static token, and no OAuth can fix a wrong one. A 403 with
+            // no challenge is an error every client reports with this
+            // body's message (the TypeScript 1.x and 2.x SDKs, the Python
+            // SDK, Inspector, rmcp).
+            Unauthorized | UnknownToken => StatusCode::FORBIDDEN,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UriTooLong(_) => StatusCode::URI_TOO_LONG,
             HeadersTooLarge(..) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -279,7 +291,7 @@ impl ProxyError {
             | HeadersTooLarge(..) | RequestTimeout(_) => -32600,
             TooMany(..) => -32029,
             // The code the SDKs' servers use for an unknown session.
-            Unauthorized | SessionUnknown => -32001,
+            Unauthorized | UnknownToken | SessionUnknown => -32001,
             // 2026-07-28's code for a version header that is not `_meta`'s.
             VersionMismatch { .. } => -32020,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
@@ -308,7 +320,7 @@ impl ProxyError {
             NotFound => Reason::NotFound,
             ForbiddenOrigin => Reason::Origin,
             ForbiddenHost => Reason::Host,
-            Unauthorized => Reason::Unauthenticated,
+            Unauthorized | UnknownToken => Reason::Unauthenticated,
             Denied(_) | ToolDenied { .. } => Reason::Denied,
             Held(_) | ToolHeld { .. } => Reason::Held,
             ApprovalUnavailable => Reason::ApprovalUnavailable,
@@ -345,7 +357,9 @@ impl ProxyError {
 
     /// The response: status, JSON-RPC error body carrying the request's id
     /// when it could be read (`null` otherwise), and the headers a client
-    /// needs to act (`Allow`, tessera's own `WWW-Authenticate`). With the
+    /// needs to act (`Allow`, `Retry-After`). No `WWW-Authenticate`: tessera
+    /// offers its callers no scheme to negotiate, and a challenge starts
+    /// OAuth in MCP clients (see [`ProxyError::status`]). With the
     /// credential's `redactor`, the body is redacted like an upstream's.
     /// `result_type`: the caller speaks a revision (2026-07-28 on) whose
     /// results carry `resultType`, without which its SDK throws a result
@@ -389,12 +403,6 @@ impl ProxyError {
             ProxyError::MethodNotAllowed => {
                 h.insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
             }
-            ProxyError::Unauthorized => {
-                h.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"tessera\""),
-                );
-            }
             ProxyError::TooMany(_, seconds) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
             }
@@ -422,7 +430,8 @@ mod tests {
     #[test]
     fn statuses() {
         assert_eq!(ProxyError::MethodNotAllowed.status(), 405);
-        assert_eq!(ProxyError::Unauthorized.status(), 401);
+        assert_eq!(ProxyError::Unauthorized.status(), 403);
+        assert_eq!(ProxyError::UnknownToken.status(), 403);
         assert_eq!(ProxyError::NotFound.status(), 404);
         assert_eq!(ProxyError::PayloadTooLarge(1).status(), 413);
         let c = || "gh".to_string();
@@ -443,8 +452,8 @@ mod tests {
     #[test]
     fn response_carries_id_and_headers() {
         let id = RawValue::from_string("7".into()).unwrap();
-        let r = ProxyError::Unauthorized.into_response(Some(&id), None, false);
-        assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
+        let r = ProxyError::UnknownToken.into_response(Some(&id), None, false);
+        assert!(!r.headers().contains_key("www-authenticate"));
         let r = ProxyError::MethodNotAllowed.into_response(None, None, false);
         assert_eq!(r.headers()["allow"], "POST, GET, DELETE");
     }

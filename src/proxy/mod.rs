@@ -9,6 +9,7 @@ pub mod body;
 pub mod error;
 pub mod forward;
 pub mod jsonrpc;
+pub mod legacy_sse;
 pub mod listener;
 pub mod origin;
 pub mod raw_head;
@@ -63,6 +64,10 @@ struct Access {
     decisions: Vec<Decided>,
     /// The caller speaks a revision whose results carry `resultType`.
     result_type: bool,
+    /// A POST to an endpoint a 2024-11-05 server announced: its answer
+    /// travels on the GET stream, and the client reads only the status
+    /// of this one.
+    legacy: bool,
 }
 
 /// One decision, kept until the response status is known.
@@ -114,7 +119,15 @@ pub async fn handle(
                     .get(c)
                     .map(|c| c.upstream.redactor())
             });
-            e.into_response(id.as_deref(), redactor.as_deref(), access.result_type)
+            let mut resp = e.into_response(id.as_deref(), redactor.as_deref(), access.result_type);
+            // The 2024-11-05 client reads its answers on the GET stream and
+            // drops a 2xx POST answer unread: a refusal written as a tool
+            // result would never reach it, and its call would wait out
+            // its timeout. An error status fails the call with the text.
+            if access.legacy && resp.status().is_success() {
+                *resp.status_mut() = http::StatusCode::FORBIDDEN;
+            }
+            resp
         }
     };
     tracing::info!(
@@ -180,7 +193,7 @@ async fn audit(
 }
 
 async fn proxy(
-    state: &State,
+    state: &Arc<State>,
     req: Request<Incoming>,
     peer: std::net::IpAddr,
     access: &mut Access,
@@ -247,6 +260,18 @@ async fn proxy(
         connection: r.connection_id,
     };
     session::for_upstream(state.master_key(), owner, &mut parts.headers)?;
+    // A POST to an endpoint a 2024-11-05 server announced on its stream
+    // goes to the path it announced, if it announced it to this caller
+    // (`crate::proxy::legacy_sse`); checked before the body is read.
+    let announced = legacy_sse::upstream_uri(
+        state.master_key(),
+        owner,
+        &parts.method,
+        &upstream.url,
+        &r.sub_path,
+        parts.uri.query(),
+    )?;
+    access.legacy = announced.is_some();
 
     // A POST body is one bounded JSON-RPC message (or a 2025-03-26 batch):
     // read it once, inspect it, forward that same buffer. Its bytes are
@@ -350,7 +375,10 @@ async fn proxy(
     // Forward: strip, inject, send on the pooled client. An OAuth
     // credential's token is fetched first when none is fresh, and once more
     // when the upstream refuses it (401), the request then sent again.
-    let uri = upstream_uri(&upstream, &r.sub_path, parts.uri.query())?;
+    let uri = match announced {
+        Some(uri) => uri,
+        None => upstream_uri(&upstream, &r.sub_path, parts.uri.query())?,
+    };
     // `--forwarded set`: tessera says who the caller is, truthfully.
     let forwarded = state
         .config
@@ -481,6 +509,12 @@ async fn proxy(
         )
         .with_path(&r.sub_path)
         .read_as_sse(get_stream)
+        .with_endpoints(legacy_sse::Endpoints::new(
+            state.clone(),
+            caller.clone(),
+            r.connection_id,
+            upstream.clone(),
+        ))
     });
     let body = match tool_filter {
         None => body.boxed(),

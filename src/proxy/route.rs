@@ -11,6 +11,17 @@
 //! and what is left is normalized into the one form both sides read alike
 //! (see [`normalize_sub_path`]), which is what policies see as
 //! `context.path` and what is forwarded.
+//!
+//! Two sub-paths are not forwarded as such: `/c/<id>/mcp` and
+//! `/c/<id>/sse` are aliases of the address `/c/<id>` itself
+//! ([`TRANSPORT_ALIASES`]). Clients that guess the transport from the
+//! URL's last segment (Inspector: `/mcp` is Streamable HTTP, `/sse` the
+//! 2024-11-05 HTTP+SSE transport, anything else is refused unless
+//! `--transport` is given) can be given an address they recognize; both
+//! reach the credential's upstream URL, which names the server's MCP
+//! endpoint whatever its path. And `/c/<id>/~sse/<tag>/...` is the POST
+//! endpoint a 2024-11-05 server announced, rewritten under the address
+//! (`crate::proxy::legacy_sse`).
 
 use std::borrow::Cow;
 
@@ -33,6 +44,11 @@ pub fn method_allowed(m: &Method) -> bool {
     *m == Method::POST || *m == Method::GET || *m == Method::DELETE
 }
 
+/// Sub-paths that name the connection's address itself, for clients that
+/// pick the transport by the URL's last segment: routed as the bare
+/// address (forwarded to the upstream URL, seen by policies as `""`).
+pub const TRANSPORT_ALIASES: [&str; 2] = ["/mcp", "/sse"];
+
 /// Route a request. The method is checked first, so a wrong method is
 /// refused with 405 whatever the path; the path must be `/c/<id>[/...]`.
 pub fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, ProxyError> {
@@ -51,9 +67,14 @@ pub fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, ProxyError
     {
         return Err(ProxyError::NotFound);
     }
+    let sub_path = normalize_sub_path(sub_path).map_err(ProxyError::SubPath)?;
     Ok(Route {
         connection_id: id,
-        sub_path: normalize_sub_path(sub_path).map_err(ProxyError::SubPath)?,
+        sub_path: if TRANSPORT_ALIASES.contains(&&*sub_path) {
+            Cow::Borrowed("")
+        } else {
+            sub_path
+        },
     })
 }
 
@@ -199,6 +220,21 @@ mod tests {
                 sub_path: "/mcp/x".into()
             }
         );
+    }
+
+    #[test]
+    fn transport_aliases_are_the_address_itself() {
+        for p in ["/c/abc/mcp", "/c/abc/sse", "/c/abc/%6dcp", "/c/abc"] {
+            assert_eq!(route(&Method::POST, p).unwrap().sub_path, "", "{p}");
+        }
+        for (p, sub) in [
+            ("/c/abc/mcp/", "/mcp/"),
+            ("/c/abc/mcp/x", "/mcp/x"),
+            ("/c/abc/MCP", "/MCP"),
+            ("/c/abc/sse2", "/sse2"),
+        ] {
+            assert_eq!(route(&Method::GET, p).unwrap().sub_path, sub, "{p}");
+        }
     }
 
     #[test]

@@ -228,28 +228,6 @@ impl Store {
         }
     }
 
-    /// The console's recent decisions, newest first: those before the
-    /// audit record `before_id` (none: the newest), without the protocol's
-    /// own traffic (`initialize`, `notifications/*`) unless `all`.
-    pub async fn recent_decisions(
-        &self,
-        before_id: Option<i64>,
-        all: bool,
-        limit: i64,
-    ) -> Result<Vec<AuditRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM audit WHERE id < $1 AND ($2 OR rpc_method IS NULL \
-               OR (rpc_method <> 'initialize' AND rpc_method NOT LIKE 'notifications/%')) \
-             ORDER BY id DESC LIMIT $3",
-        )
-        .bind(before_id.unwrap_or(i64::MAX))
-        .bind(all)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(super::audit::audit_row).collect()
-    }
-
     /// Every sealed held call, for key rotation (named by approval id).
     pub(super) async fn sealed_approvals(
         &self,

@@ -112,7 +112,9 @@ impl Store {
             () => {
                 "SELECT * FROM audit \
                  WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
-                   AND ($3 IS NULL OR at >= $3) AND id > $4"
+                   AND ($3 IS NULL OR at >= $3) AND id > $4 AND id < $6 \
+                   AND ($7 = 0 OR rpc_method IS NULL \
+                        OR (rpc_method <> 'initialize' AND rpc_method NOT LIKE 'notifications/%'))"
             };
         }
         let sql = match q.after_id {
@@ -129,27 +131,28 @@ impl Store {
             .bind(q.since)
             .bind(q.after_id.unwrap_or(0))
             .bind(q.limit)
+            .bind(q.before_id.unwrap_or(i64::MAX))
+            .bind(i64::from(q.quiet))
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(audit_row).collect()
+        rows.into_iter()
+            .map(|r| {
+                Ok(AuditRecord {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    caller: r.try_get("caller")?,
+                    connection: r.try_get("connection")?,
+                    http_method: r.try_get("http_method")?,
+                    rpc_method: r.try_get("rpc_method")?,
+                    tool: r.try_get("tool")?,
+                    verdict: r.try_get("verdict")?,
+                    reason: r.try_get("reason")?,
+                    arguments_sha256: r.try_get("arguments_sha256")?,
+                    arguments: r.try_get("arguments")?,
+                    status: u16::try_from(r.try_get::<i64, _>("status")?).unwrap_or(0),
+                    duration_us: r.try_get("duration_us")?,
+                })
+            })
+            .collect()
     }
-}
-
-/// One `audit` row as a record.
-pub(super) fn audit_row(r: &sqlx::any::AnyRow) -> Result<AuditRecord, StoreError> {
-    Ok(AuditRecord {
-        id: r.try_get("id")?,
-        at: r.try_get("at")?,
-        caller: r.try_get("caller")?,
-        connection: r.try_get("connection")?,
-        http_method: r.try_get("http_method")?,
-        rpc_method: r.try_get("rpc_method")?,
-        tool: r.try_get("tool")?,
-        verdict: r.try_get("verdict")?,
-        reason: r.try_get("reason")?,
-        arguments_sha256: r.try_get("arguments_sha256")?,
-        arguments: r.try_get("arguments")?,
-        status: u16::try_from(r.try_get::<i64, _>("status")?).unwrap_or(0),
-        duration_us: r.try_get("duration_us")?,
-    })
 }

@@ -21,10 +21,17 @@ impl Store {
         .await;
         match r {
             Err(e) if unique_violation(&e) => {
-                return Err(StoreError::Duplicate {
-                    kind: "caller",
-                    name: name.to_string(),
-                })
+                drop(tx);
+                let revoked = self
+                    .callers()
+                    .await?
+                    .iter()
+                    .any(|c| c.name == name && c.revoked_at.is_some());
+                let (kind, name) = ("caller", name.to_string());
+                return Err(match revoked {
+                    true => StoreError::RevokedName { kind, name },
+                    false => StoreError::Duplicate { kind, name },
+                });
             }
             r => r?,
         };
@@ -36,6 +43,38 @@ impl Store {
     /// Revoke a caller; its connections stop working with it.
     pub async fn revoke_caller(&self, name: &str) -> Result<(), StoreError> {
         self.revoke(Revocable::Caller, name).await
+    }
+
+    /// A live caller's new token digest: the old token stops with the
+    /// revision.
+    pub async fn set_caller_token(
+        &self,
+        name: &str,
+        token_sha256: &[u8; 32],
+    ) -> Result<(), StoreError> {
+        let sql = "UPDATE callers SET token_sha256 = $1 WHERE name = $2";
+        self.update_revocable(Revocable::Caller, name, false, sql, token_sha256.to_vec())
+            .await
+    }
+
+    /// A revoked caller live again, under a new token digest (its old
+    /// token stays dead). Its connections serve it again, except those
+    /// revoked one by one.
+    pub async fn restore_caller(
+        &self,
+        name: &str,
+        token_sha256: &[u8; 32],
+    ) -> Result<(), StoreError> {
+        let sql = "UPDATE callers SET token_sha256 = $1, revoked_at = NULL WHERE name = $2";
+        self.update_revocable(Revocable::Caller, name, true, sql, token_sha256.to_vec())
+            .await
+    }
+
+    /// A live caller's groups, replaced.
+    pub async fn set_caller_groups(&self, name: &str, groups: &[String]) -> Result<(), StoreError> {
+        let sql = "UPDATE callers SET groups = $1 WHERE name = $2";
+        self.update_revocable(Revocable::Caller, name, false, sql, groups.join(","))
+            .await
     }
 
     pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {

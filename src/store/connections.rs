@@ -60,7 +60,7 @@ impl Store {
     pub async fn connections(&self) -> Result<Vec<ConnectionRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT c.id, c.caller_id, a.name AS caller, c.credential_id, k.name AS credential,
-                    c.created_at, c.revoked_at
+                    c.created_at, c.revoked_at, a.revoked_at AS caller_revoked_at
              FROM connections c
              JOIN callers a ON a.id = c.caller_id
              JOIN credentials k ON k.id = c.credential_id
@@ -78,6 +78,7 @@ impl Store {
                     credential: r.try_get("credential")?,
                     created_at: r.try_get("created_at")?,
                     revoked_at: r.try_get("revoked_at")?,
+                    caller_revoked_at: r.try_get("caller_revoked_at")?,
                 })
             })
             .collect()

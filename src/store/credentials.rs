@@ -53,6 +53,81 @@ impl Store {
         Ok(())
     }
 
+    /// A credential's upstream and scheme options, each changed when given.
+    /// New OAuth settings drop the cached access token.
+    pub async fn update_credential(&self, c: CredentialUpdate<'_>) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let r = sqlx::query(
+            "UPDATE credentials SET upstream = COALESCE($1, upstream),
+                 header_name = COALESCE($2, header_name), username = COALESCE($3, username),
+                 oauth = COALESCE($4, oauth)
+             WHERE name = $5",
+        )
+        .bind(c.upstream)
+        .bind(c.header_name)
+        .bind(c.username)
+        .bind(c.oauth)
+        .bind(c.name)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                kind: "credential",
+                name: c.name.to_string(),
+            });
+        }
+        if c.oauth.is_some() {
+            sqlx::query("DELETE FROM oauth_tokens WHERE credential = $1")
+                .bind(c.name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Self::bump(&mut tx).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
+    /// Remove a credential, its cached OAuth token and its connections.
+    /// Refused while a live connection (its caller live too) uses it,
+    /// unless `cascade`. The audit trail keeps their names and ids.
+    pub async fn remove_credential(&self, name: &str, cascade: bool) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let id: i64 = sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "credential",
+                name: name.to_string(),
+            })?;
+        let live: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM connections c JOIN callers a ON a.id = c.caller_id
+             WHERE c.credential_id = $1 AND c.revoked_at IS NULL AND a.revoked_at IS NULL",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if live > 0 && !cascade {
+            return Err(StoreError::InUse {
+                name: name.to_string(),
+                live,
+            });
+        }
+        for sql in [
+            "DELETE FROM connections WHERE credential_id = $1",
+            "DELETE FROM credentials WHERE id = $1",
+        ] {
+            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+        }
+        sqlx::query("DELETE FROM oauth_tokens WHERE credential = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        Self::bump(&mut tx).await?;
+        self.commit(tx).await?;
+        Ok(())
+    }
+
     pub async fn credentials(&self) -> Result<Vec<CredentialRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, name, upstream, scheme, header_name, username, sealed, created_at, oauth

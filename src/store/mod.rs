@@ -31,8 +31,8 @@ pub mod oauth;
 
 use model::{
     AdminAction, AdminTokenRow, Approval, AuditQuery, AuditRecord, CallKey, CallerRow,
-    ConnectionRow, CredentialRow, NewApproval, NewCredential, Revision, Scheme, Sealed, Shown,
-    Status, StoredOAuth,
+    ConnectionRow, CredentialRow, CredentialUpdate, NewApproval, NewCredential, Revision, Scheme,
+    Sealed, Shown, Status, StoredOAuth,
 };
 
 /// A storage failure. Messages name the thing, never a secret.
@@ -44,6 +44,12 @@ pub enum StoreError {
     NotFound { kind: &'static str, name: String },
     #[error("{kind} {name:?} is revoked")]
     Revoked { kind: &'static str, name: String },
+    #[error("{kind} {name:?} exists, revoked: restore it (`tessera {kind} restore {name}`, a new token) to use the name again")]
+    RevokedName { kind: &'static str, name: String },
+    #[error("{kind} {name:?} is not revoked")]
+    NotRevoked { kind: &'static str, name: String },
+    #[error("credential {name:?} is used by {live} live connection(s): revoke them first, or remove it with its connections (--cascade)")]
+    InUse { name: String, live: i64 },
     #[error("creating the data dir {path}: {source}")]
     DataDir {
         path: String,
@@ -348,36 +354,52 @@ impl Store {
     /// Mark one row revoked: not found and already revoked are errors that
     /// name the row, so a typo does not pass as success.
     async fn revoke(&self, what: Revocable, key: &str) -> Result<(), StoreError> {
-        let (kind, select, update) = match what {
-            Revocable::Caller => (
-                "caller",
-                "SELECT revoked_at FROM callers WHERE name = $1",
-                "UPDATE callers SET revoked_at = $1 WHERE name = $2",
-            ),
+        let update = match what {
+            Revocable::Caller => "UPDATE callers SET revoked_at = $1 WHERE name = $2",
+            Revocable::Connection => "UPDATE connections SET revoked_at = $1 WHERE id = $2",
+            Revocable::AdminToken => "UPDATE admin_tokens SET revoked_at = $1 WHERE name = $2",
+        };
+        self.update_revocable(what, key, false, update, now()).await
+    }
+
+    /// `update` (binding `$1` to `value` and `$2` to `key`) on one row
+    /// that is live, or revoked when `revoked`; else an error naming why.
+    async fn update_revocable<T>(
+        &self,
+        what: Revocable,
+        key: &str,
+        revoked: bool,
+        update: &str,
+        value: T,
+    ) -> Result<(), StoreError>
+    where
+        T: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Send,
+    {
+        let (kind, select) = match what {
+            Revocable::Caller => ("caller", "SELECT revoked_at FROM callers WHERE name = $1"),
             Revocable::Connection => (
                 "connection",
                 "SELECT revoked_at FROM connections WHERE id = $1",
-                "UPDATE connections SET revoked_at = $1 WHERE id = $2",
             ),
             Revocable::AdminToken => (
                 "admin token",
                 "SELECT revoked_at FROM admin_tokens WHERE name = $1",
-                "UPDATE admin_tokens SET revoked_at = $1 WHERE name = $2",
             ),
         };
         let name = || key.to_string();
         let mut tx = self.begin().await?;
-        let revoked: Option<Option<i64>> = sqlx::query_scalar(select)
+        let found: Option<Option<i64>> = sqlx::query_scalar(select)
             .bind(key)
             .fetch_optional(&mut *tx)
             .await?;
-        match revoked {
-            None => return Err(StoreError::NotFound { kind, name: name() }),
-            Some(Some(_)) => return Err(StoreError::Revoked { kind, name: name() }),
-            Some(None) => {}
+        match (found, revoked) {
+            (None, _) => return Err(StoreError::NotFound { kind, name: name() }),
+            (Some(Some(_)), false) => return Err(StoreError::Revoked { kind, name: name() }),
+            (Some(None), true) => return Err(StoreError::NotRevoked { kind, name: name() }),
+            _ => {}
         }
         sqlx::query(update)
-            .bind(now())
+            .bind(value)
             .bind(key)
             .execute(&mut *tx)
             .await?;

@@ -318,6 +318,11 @@ pub struct AuditQuery {
     pub since: Option<i64>,
     /// Records with a larger id only (for following).
     pub after_id: Option<i64>,
+    /// Records with a smaller id only (the next page back).
+    pub before_id: Option<i64>,
+    /// Leave out the protocol's chatter: `initialize` and
+    /// `notifications/*` (the console's default view).
+    pub quiet: bool,
     pub limit: i64,
 }
 
@@ -359,6 +364,18 @@ pub struct ConnectionRow {
     pub credential: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// When its caller was revoked: the connection then serves no one.
+    pub caller_revoked_at: Option<i64>,
+}
+
+/// A credential's changed fields; `None` keeps a field as it is.
+pub struct CredentialUpdate<'a> {
+    pub name: &'a str,
+    pub upstream: Option<&'a str>,
+    pub header_name: Option<&'a str>,
+    pub username: Option<&'a str>,
+    /// The OAuth settings document, whole; its cached token is dropped.
+    pub oauth: Option<&'a str>,
 }
 
 /// New credential fields, with the secret already sealed.

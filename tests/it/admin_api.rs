@@ -579,7 +579,24 @@ async fn every_admin_action_leaves_its_row() {
     assert!(ran(&["caller", "add", "a"]).0);
     let conn = last_line(&p.cli(&["connection", "add", "--caller", "a", "--credential", "gh"]));
     assert!(ran(&["connection", "revoke", &conn]).0);
+    assert!(ran(&["caller", "rotate-token", "a"]).0);
+    assert!(ran(&["caller", "update", "a", "--group", "g"]).0);
     assert!(ran(&["caller", "revoke", "a"]).0);
+    assert!(ran(&["caller", "restore", "a"]).0);
+    assert!(ran(&["credential", "update", "gh", "--upstream", &url]).0);
+    assert!(
+        ran(&[
+            "credential",
+            "add",
+            "gone",
+            "--upstream",
+            &url,
+            "--secret-env",
+            "TEST_SECRET"
+        ])
+        .0
+    );
+    assert!(ran(&["credential", "remove", "gone"]).0);
     assert!(ran(&["admin-token", "add", "other"]).0);
     assert!(ran(&["admin-token", "revoke", "other"]).0);
     assert!(!ran(&["approval", "grant", "no-such-approval"]).0);
@@ -616,7 +633,24 @@ async fn every_admin_action_leaves_its_row() {
             "/v1/connections/no-such-connection".to_string(),
             None,
         ),
+        (M::POST, "/v1/callers/b/token".to_string(), None),
+        (
+            M::PATCH,
+            "/v1/callers/b".to_string(),
+            body(json!({"groups": ["g"]})),
+        ),
         (M::DELETE, "/v1/callers/b".to_string(), None),
+        (M::POST, "/v1/callers/b/restore".to_string(), None),
+        (
+            M::PATCH,
+            "/v1/credentials/api-gh".to_string(),
+            body(json!({"upstream": url})),
+        ),
+        (
+            M::DELETE,
+            "/v1/credentials/api-gh?cascade=true".to_string(),
+            None,
+        ),
         (
             M::POST,
             "/v1/approvals/no-such-approval/grant".to_string(),
@@ -653,6 +687,11 @@ async fn every_admin_action_leaves_its_row() {
         Action::CredentialSetSecret,
         Action::CallerAdd,
         Action::CallerRevoke,
+        Action::CallerRotateToken,
+        Action::CallerUpdate,
+        Action::CallerRestore,
+        Action::CredentialUpdate,
+        Action::CredentialRemove,
         Action::ConnectionAdd,
         Action::ConnectionRevoke,
         Action::ApprovalGrant,

@@ -49,7 +49,7 @@ async fn every_decision_is_audited_and_nothing_secret() {
         .send()
         .await
         .unwrap();
-    assert_eq!(wrong.status(), 401);
+    assert_eq!(wrong.status(), 403);
 
     let r = audit_rows(&p).await;
     assert_eq!(r.len(), 3, "{r:#?}");
@@ -319,6 +319,11 @@ async fn batches_of_every_size_land_whole_and_in_order() {
         ..q(3)
     };
     assert_eq!(page(after).await, [100, 101, 102]);
+    let before = tessera::store::model::AuditQuery {
+        before_id: Some(ids[100]),
+        ..q(3)
+    };
+    assert_eq!(page(before).await, [97, 98, 99]);
     let since = tessera::store::model::AuditQuery {
         since: Some(record(last - 1).at),
         ..q(5)

@@ -115,7 +115,7 @@ fn invalid_settings_are_named_and_exit_non_zero() {
     let (code, err) = check("listen = \"nope\"\n");
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("'--listen <LISTEN>'") && err.contains("sets listen"),
+        err.contains("'--listen <LISTEN>'") && err.contains("from the settings file (listen)"),
         "{err}"
     );
     // A master key is never taken from a file, and never echoed.

@@ -327,7 +327,7 @@ async fn an_existing_address_and_a_random_one_answer_wrong_tokens_alike() {
     };
     let existing = statuses(a.url.clone(), 31).await;
     let unknown = statuses(random_url, 32).await;
-    let mut expected = vec![401; 11];
+    let mut expected = vec![403; 11];
     expected.extend([429, 429]);
     assert_eq!(existing, expected);
     assert_eq!(unknown, existing, "a random address answers otherwise");

@@ -175,7 +175,7 @@ async fn malformed_requests_get_a_clear_4xx_and_never_reach_the_upstream() {
             path.clone(),
             vec![auth.clone(), auth.clone()],
             call.clone().into_bytes(),
-            401,
+            403,
             Some(-32001),
         ),
         (
@@ -516,9 +516,9 @@ async fn failed_authentication_is_throttled_but_the_real_caller_gets_through() {
             .body(tools_call(1, "t"))
             .send()
     };
-    // Ten free failures, the eleventh starts a back-off: 401 so far.
+    // Ten free failures, the eleventh starts a back-off: 403 so far.
     for _ in 0..11 {
-        assert_eq!(wrong().await.unwrap().status(), 401);
+        assert_eq!(wrong().await.unwrap().status(), 403);
     }
     // Inside the back-off: 429 with Retry-After, no challenge.
     let r = wrong().await.unwrap();

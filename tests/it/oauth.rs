@@ -873,3 +873,34 @@ async fn a_token_refreshed_away_stays_redacted() {
         assert!(leak(&body, token.as_bytes(), t).is_none(), "{token}: {v}");
     }
 }
+
+/// New OAuth settings (`credential update --scope`, `--token-url`) drop
+/// the cached token: the next request asks the token endpoint again, with
+/// them. Options of other schemes are refused.
+#[tokio::test]
+async fn updated_oauth_settings_ask_for_a_new_token() {
+    let auth = AuthServer::start(3600, false).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = oauth_agent(&p, &auth, false).await;
+    assert_eq!(call(&a).await.0, 200);
+    assert_eq!(call(&a).await.0, 200);
+    assert_eq!(auth.token_requests(), 1);
+
+    let o = p.cli(&["credential", "update", "saas", "--scope", "read"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    p.synced().await;
+    let (s, v) = call(&a).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(auth.token_requests(), 2, "the cached token was kept");
+
+    let o = p.cli(&["credential", "update", "saas", "--username", "bot"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("does not apply to a credential of scheme oauth2"),
+        "{err}"
+    );
+    let o = p.cli(&["credential", "update", "saas", "--token-url", "ftp://x"]);
+    assert!(!o.status.success());
+    assert_eq!(call(&a).await.0, 200);
+    assert_eq!(auth.token_requests(), 2);
+}

@@ -34,7 +34,8 @@ async fn refusals_never_reach_the_upstream() {
         assert_eq!((s, v["error"]["code"].as_i64()), (405, Some(-32600)), "{m}");
     }
 
-    // No token, a wrong token, another scheme: 401 with tessera's challenge.
+    // No token, a wrong token, another scheme: 403 naming the fault, and
+    // no challenge (a 401 starts OAuth in MCP clients: tests/it/clients.rs).
     let cases = [
         None,
         Some("Bearer tsr_wrong"),
@@ -46,9 +47,9 @@ async fn refusals_never_reach_the_upstream() {
             rq = rq.header("authorization", h);
         }
         let r = rq.send().await.unwrap();
-        assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
+        assert!(r.headers().get("www-authenticate").is_none());
         let (s, v) = error_of(r).await;
-        assert_eq!(s, 401);
+        assert_eq!(s, 403);
         assert_eq!(v["id"], serde_json::Value::Null);
         assert!(v["error"]["message"]
             .as_str()

@@ -138,7 +138,7 @@ async fn changes_reach_every_replica_within_a_second_by_notification() {
     for r in [&a, &b] {
         within(Duration::from_secs(1), || {
             let call = call(r, tools_call(4, "search"));
-            async move { call.await == 401 }
+            async move { call.await == 403 }
         })
         .await;
     }

@@ -124,7 +124,7 @@ async fn rmcp_client_lists_and_calls_a_tool_through_tessera() {
         "{seen:?}"
     );
 
-    // A caller with a wrong token gets tessera's 401, not the server.
+    // A caller with a wrong token gets tessera's 403, not the server.
     let before = seen.len();
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(a.url.clone()).auth_header("tsr_wrong"),

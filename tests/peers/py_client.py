@@ -11,7 +11,8 @@ unread would be gunzipped here, secret and all.
 
 Environment: PEERS_FASTMCP_URL, PEERS_EVERYTHING_URL, PEERS_CALLER_TOKEN,
 PEERS_STORED_SECRET (the fastmcp credential), PEERS_FASTMCP_LOG,
-PEERS_GZIP_URL, PEERS_GZIP_SECRET, PEERS_GZIP_LOG (the gzip server's).
+PEERS_GZIP_URL, PEERS_GZIP_SECRET, PEERS_GZIP_LOG (the gzip server's),
+PEERS_SSE_URL (server-everything on the 2024-11-05 transport).
 Prints `ok NAME` or `FAIL NAME: why` per check, like report.mjs.
 """
 
@@ -110,6 +111,17 @@ async def legacy():
             assert "from python" in str(r.content), r
 
 
+async def legacy_sse():
+    """The 2024-11-05 HTTP+SSE transport (`sse_client`): the endpoint tessera
+    announces must stay on tessera's origin (the SDK refuses another)."""
+    from mcp.client.sse import sse_client
+
+    auth = {"Authorization": f"Bearer {caller}"}
+    async with Client(sse_client(os.environ["PEERS_SSE_URL"], headers=auth)) as c:
+        r = await c.call_tool("get-sum", {"a": 40, "b": 2})
+        assert "The sum of 40 and 2 is 42" in str(r.content), r
+
+
 MARKER = "[redacted-by-tessera]"
 
 
@@ -192,6 +204,7 @@ async def gzip():
 async def main():
     await check("python-sdk-2 auto: discovers 2026-07-28 on fastmcp, tools and progress", modern)
     await check("python-sdk-2 auto: falls back to initialize on server-everything", legacy)
+    await check("python-sdk-2: tools/call over the 2024-11-05 HTTP+SSE transport (sse_client)", legacy_sse)
     await check("python-sdk-2 auto (2026-07-28): a denied and a held call are tool errors the model reads", refused)
     await check(
         lambda: f"python-sdk-2 auto: echo_headers on the gzip server comes back decoded and redacted (upstream answer: {gzip_upstream})",

@@ -3,13 +3,15 @@
 # configured with tessera's own CLI:
 #
 #   upstreams  @modelcontextprotocol/server-everything (npm, streamableHttp,
-#              2025-11-25; forced onto loopback by loopback.mjs) and a
+#              2025-11-25; and again in its `sse` mode, the 2024-11-05
+#              HTTP+SSE transport; forced onto loopback by loopback.mjs) and a
 #              fastmcp server (PyPI; requires a bearer token; 2025-11-25 and
 #              the stateless 2026-07-28), and gzip_server.py: the Python
 #              SDK's own server behind Starlette's GZipMiddleware, forced to
 #              gzip every answer (SSE included) even when asked for identity,
 #              with a tool that echoes the request headers (Authorization too)
-#   clients    TypeScript SDK 1.x, its 2.x client in `auto` mode, the Python
+#   clients    TypeScript SDK 1.x (Streamable HTTP, and `SSEClientTransport`
+#              on the legacy transport), its 2.x client in `auto` mode, the Python
 #              SDK `mcp` 2.x (`auto`), the MCP Inspector CLI, and the MCP
 #              conformance suite (server scenarios direct and through
 #              tessera; client scenarios through tessera)
@@ -98,6 +100,7 @@ wait_http() {
 
 # --- upstreams ---------------------------------------------------------------
 everything_port=$(free_port)
+sse_port=$(free_port)
 fastmcp_port=$(free_port)
 gzip_port=$(free_port)
 tessera_port=$(free_port)
@@ -106,15 +109,23 @@ fastmcp_secret="fastmcp-stored-$RANDOM$RANDOM"
 # At least 21 bytes: the whole marker, `[redacted-by-tessera]`, replaces it.
 gzip_secret="gzip-stored-secret-$RANDOM$RANDOM"
 export PEERS_UPSTREAM_LOG="$work/everything-requests.jsonl"
+sse_log="$work/everything-sse-requests.jsonl"
 export PEERS_FASTMCP_LOG="$work/fastmcp-headers.jsonl"
 export PEERS_GZIP_LOG="$work/gzip-answers.jsonl"
 : >"$PEERS_UPSTREAM_LOG"
+: >"$sse_log"
 : >"$PEERS_FASTMCP_LOG"
 : >"$PEERS_GZIP_LOG"
 
 PORT=$everything_port "$node" --import "$here/loopback.mjs" \
     node_modules/@modelcontextprotocol/server-everything/dist/index.js streamableHttp \
     >"$work/everything.log" 2>&1 &
+pids+=($!)
+# The same server on the 2024-11-05 transport: GET /sse announces
+# `/message?sessionId=…` in its `endpoint` event.
+PORT=$sse_port PEERS_UPSTREAM_LOG=$sse_log "$node" --import "$here/loopback.mjs" \
+    node_modules/@modelcontextprotocol/server-everything/dist/index.js sse \
+    >"$work/everything-sse.log" 2>&1 &
 pids+=($!)
 "$python" fastmcp_server.py "$fastmcp_port" "$fastmcp_secret" "$PEERS_FASTMCP_LOG" \
     >"$work/fastmcp.log" 2>&1 &
@@ -123,8 +134,10 @@ pids+=($!)
 pids+=($!)
 wait_http "http://127.0.0.1:$everything_port/mcp" || exit 1
 wait_http "http://127.0.0.1:$fastmcp_port/mcp" || exit 1
+wait_http "http://127.0.0.1:$sse_port/message" || exit 1
 wait_http "http://127.0.0.1:$gzip_port/mcp" || exit 1
-: >"$PEERS_UPSTREAM_LOG" # forget the readiness probe: it did not come through tessera
+: >"$PEERS_UPSTREAM_LOG" # forget the readiness probes: they did not come through tessera
+: >"$sse_log"
 verdict "server-everything listens on loopback only" "it listens on another interface" \
     bash -c "! ss -Hltn 'sport = :$everything_port' | grep -v '127.0.0.1:$everything_port'"
 # Asked directly, the gzip server leaks: a one-shot stateless tools/call of
@@ -170,8 +183,10 @@ caller_token=$(T caller add agent | tail -n 1)
 SECRET=$everything_secret T credential add everything --upstream "http://127.0.0.1:$everything_port/mcp" --secret-env SECRET >/dev/null
 SECRET=$fastmcp_secret T credential add fastmcp --upstream "http://127.0.0.1:$fastmcp_port/mcp" --secret-env SECRET >/dev/null
 SECRET=$gzip_secret T credential add gzip --scheme bearer --allow-private-upstreams --upstream "http://127.0.0.1:$gzip_port/mcp" --secret-env SECRET >/dev/null
+SECRET=$everything_secret T credential add everything-sse --upstream "http://127.0.0.1:$sse_port/sse" --secret-env SECRET >/dev/null
 SECRET=not-the-token-fastmcp-wants T credential add fastmcp-stale --upstream "http://127.0.0.1:$fastmcp_port/mcp" --secret-env SECRET >/dev/null
 everything_url=$(T connection add --caller agent --credential everything | tail -n 1)
+sse_url=$(T connection add --caller agent --credential everything-sse | tail -n 1)
 fastmcp_url=$(T connection add --caller agent --credential fastmcp | tail -n 1)
 stale_url=$(T connection add --caller agent --credential fastmcp-stale | tail -n 1)
 gzip_url=$(T connection add --caller agent --credential gzip | tail -n 1)
@@ -197,9 +212,12 @@ export PEERS_CALLER=agent PEERS_CALLER_TOKEN=$caller_token PEERS_NODE=$node TESS
 # --- clients -------------------------------------------------------------------
 PEERS_URL=$everything_url PEERS_STORED_SECRET=$everything_secret \
     run_client ts-sdk-1 "$node" ts1-everything.mjs
+PEERS_URL=$sse_url PEERS_STORED_SECRET=$everything_secret PEERS_SSE_LOG=$sse_log \
+    run_client ts-sdk-1-legacy-sse "$node" ts1-legacy-sse.mjs
 PEERS_URL=$fastmcp_url PEERS_STORED_SECRET=$fastmcp_secret \
     run_client ts-sdk-2 "$node" ts2-fastmcp.mjs
 PEERS_FASTMCP_URL=$fastmcp_url PEERS_EVERYTHING_URL=$everything_url PEERS_STORED_SECRET=$fastmcp_secret \
+    PEERS_SSE_URL=$sse_url \
     PEERS_GZIP_URL=$gzip_url PEERS_GZIP_SECRET=$gzip_secret \
     run_client python-sdk-2 "$python" py_client.py
 # The gzip server through tessera: undici's fetch and httpx2 both offer
@@ -233,6 +251,51 @@ out=$(inspector "$everything_url" --method tools/call --tool-name get-sum --tool
 verdict "inspector: tools/call get-sum on server-everything" "$out" grep -q 'The sum of 40 and 2 is 42' <<<"$out"
 out=$(inspector "$fastmcp_url" --method tools/call --tool-name add --tool-arg a=40 --tool-arg b=2)
 verdict "inspector: tools/call add on fastmcp (bearer required upstream)" "$out" grep -q '"result": 42' <<<"$out"
+# Without --transport, Inspector picks it by the URL's last segment (/mcp:
+# Streamable HTTP, /sse: the 2024-11-05 transport; anything else is an
+# error): /c/<id>/mcp and /c/<id>/sse are the address itself. stdin is not
+# a terminal here, as in CI.
+inspector_as() {
+    local token=$1 url=$2
+    shift 2
+    timeout 60 "$node" node_modules/.bin/mcp-inspector --cli "$url" \
+        --header "Authorization: Bearer $token" "$@" 2>&1 </dev/null
+}
+out=$(inspector_as "$caller_token" "$everything_url/mcp" --method tools/list)
+verdict "inspector without --transport: tools/list at <connection>/mcp" "$out" grep -q '"name": "echo"' <<<"$out"
+out=$(inspector_as "$caller_token" "$sse_url/sse" --method tools/call --tool-name get-sum --tool-arg a=40 --tool-arg b=2)
+verdict "inspector without --transport: tools/call at <connection>/sse (legacy HTTP+SSE upstream)" "$out" \
+    grep -q 'The sum of 40 and 2 is 42' <<<"$out"
+# A Claude-style `mcpServers` file (the shape Claude Desktop, Claude Code,
+# Cursor and Inspector's --config read): `type`, `url`, `headers`.
+cat >"$work/mcp.json" <<JSON
+{
+  "mcpServers": {
+    "everything": {
+      "type": "http",
+      "url": "$everything_url",
+      "headers": { "Authorization": "Bearer $caller_token" }
+    },
+    "everything-legacy": {
+      "type": "sse",
+      "url": "$sse_url",
+      "headers": { "Authorization": "Bearer $caller_token" }
+    }
+  }
+}
+JSON
+for server in everything everything-legacy; do
+    out=$(MCP_INSPECTOR_SECRET_STORE=memory timeout 60 "$node" node_modules/.bin/mcp-inspector --cli \
+        --config "$work/mcp.json" --server "$server" --method tools/call --tool-name get-sum \
+        --tool-arg a=40 --tool-arg b=2 2>&1 </dev/null)
+    verdict "inspector --config (mcpServers JSON): tools/call on $server" "$out" \
+        grep -q 'The sum of 40 and 2 is 42' <<<"$out"
+done
+# A wrong caller token reads as one: tessera's message, no OAuth attempt.
+reads_as_wrong_token() { grep -q 'tessera does not know this caller token' <<<"$1" && ! grep -qE 'OAuth|TTY' <<<"$1"; }
+out=$(inspector_as "tsr_not-a-token" "$everything_url/mcp" --method tools/list)
+verdict "inspector: a wrong caller token prints tessera's message, not an OAuth/TTY one" "$out" \
+    reads_as_wrong_token "$out"
 
 # A stale stored credential: the upstream answers 401 with a challenge; the
 # caller gets tessera's 502 naming the credential, and no challenge.
@@ -297,9 +360,13 @@ for f in pathlib.Path(sys.argv[1]).glob("sse-retry-*/checks.json"):
 sys.exit(1)
 PY
 
+# --- the README's Quickstart, as written -------------------------------------------
+out=$(PEERS_NODE=$node TESSERA_BIN=$tessera timeout 120 bash "$here/quickstart.sh" "$work" 2>&1)
+verdict "README: the Quickstart runs as written" "$out" grep -q 'ran as written' <<<"$out"
+
 # --- what crossed ------------------------------------------------------------------
 verdict "no upstream and no conformance server ever saw the caller's token" "found in $(grep -rl --exclude=results --exclude='*.out' --exclude='*.err' -- "$caller_token" "$work" | tr '\n' ' ')" \
-    bash -c "! grep -rq -- '$caller_token' '$PEERS_UPSTREAM_LOG' '$PEERS_FASTMCP_LOG' '$PEERS_GZIP_LOG' '$work/gzip.log' '$work/conformance-direct' '$work/conformance-tessera' '$work/conformance-client' '$work/everything.log' '$work/fastmcp.log'"
+    bash -c "! grep -rq -- '$caller_token' '$PEERS_UPSTREAM_LOG' '$sse_log' '$work/everything-sse.log' '$PEERS_FASTMCP_LOG' '$PEERS_GZIP_LOG' '$work/gzip.log' '$work/conformance-direct' '$work/conformance-tessera' '$work/conformance-client' '$work/everything.log' '$work/fastmcp.log'"
 verdict "tessera's log holds no token and no stored secret" "a secret is in tessera.log" \
     bash -c "! grep -qE -- '$caller_token|$everything_secret|$fastmcp_secret|$gzip_secret' '$work/tessera.log'"
 

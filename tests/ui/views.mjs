@@ -1,63 +1,41 @@
-// Drives the console as an approver and as an admin, in headless Chromium:
-// the approver signs in, sees the held call with its arguments and expiry,
-// the page's self-refresh, the recent decisions without the protocol's own
-// calls (then with them, then the older page), is refused the admin views,
-// keeps a screenshot and grants the call; an admin then sees the read-only
-// credentials, callers and connections. Prints one JSON line for the Rust
-// test (tests/it/console.rs) to check.
+// Drives the console's read-only views in headless Chromium: sign in, read
+// the approvals page's refresh, the decision trail with its default filter
+// and with "show initialize and notifications", and the credential, caller
+// and connection pages; keep a screenshot of each. Prints one JSON line of
+// what the pages showed for the Rust test (tests/it/console_views.rs).
 //
-//   node tests/ui/views.mjs BASE_URL APPROVER_TOKEN ADMIN_TOKEN TOOL SCREENSHOT.png
+//   node tests/ui/views.mjs BASE_URL ADMIN_TOKEN SCREENSHOT_DIR
 import { chromium } from 'playwright-core';
 
-const [base, approver, admin, tool, screenshot] = process.argv.slice(2);
+const [base, token, dir] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
-const methods = (page) => page.$$eval('#audit tr[data-audit] td:nth-child(4)', (tds) => tds.map((td) => td.innerText));
-const signIn = async (context, token) => {
-  const page = await context.newPage({ viewport: { width: 1280, height: 800 } });
-  await page.goto(`${base}/ui/login`);
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  await page.goto(`${base}/ui/decisions`);
   await page.fill('input[name=token]', token);
   await Promise.all([page.waitForURL(`${base}/ui`), page.click('button[type=submit]')]);
-  return page;
-};
-try {
-  const out = {};
-  const a = await browser.newContext();
-  const page = await signIn(a, approver);
-  const row = page.locator('#pending tr', { hasText: tool });
-  await row.waitFor();
-  out.rowText = await row.innerText();
-  out.refresh = await page.$eval('meta[http-equiv=refresh]', (m) => m.content);
-  out.nav = await page.$eval('nav', (n) => n.innerText);
-  out.defaultMethods = await methods(page);
-  await page.screenshot({ path: screenshot, fullPage: true });
-  await Promise.all([page.waitForURL(/all_methods=1/), (async () => {
-    await page.check('#filter input[name=all_methods]');
-    await page.click('#filter button[type=submit]');
-  })()]);
-  out.allMethods = await methods(page);
-  await Promise.all([page.waitForURL(/decisions_before=/), page.click('#older')]);
-  out.olderUrl = page.url();
-  out.olderMethods = await methods(page);
-  out.adminViewStatus = (await page.goto(`${base}/ui/credentials`)).status();
-  await page.goto(`${base}/ui`);
-  await Promise.all([page.waitForLoadState('load'), page.locator('#pending tr', { hasText: tool }).locator('button.grant').click()]);
-  await page.locator('#none').waitFor();
-  out.scripts = await page.evaluate(() => document.scripts.length);
-  await a.close();
-
-  const b = await browser.newContext();
-  const adminPage = await signIn(b, admin);
-  out.adminNav = await adminPage.$eval('nav', (n) => n.innerText);
-  for (const view of ['credentials', 'callers', 'connections']) {
-    await Promise.all([adminPage.waitForURL(`${base}/ui/${view}`), adminPage.click(`nav a[href="/ui/${view}"]`)]);
-    out[view] = await adminPage.$eval(`#${view}`, (t) => t.innerText);
+  const refresh = await page.locator('meta[http-equiv=refresh]').getAttribute('content');
+  const texts = async (sel) => (await page.locator(sel).allInnerTexts()).join('\n');
+  const seen = { refresh };
+  await page.click('nav >> text=Decisions');
+  seen.quiet = await texts('#audit');
+  await page.screenshot({ path: `${dir}/decisions.png`, fullPage: true });
+  await page.check('input[name=all]');
+  await Promise.all([page.waitForLoadState('load'), page.click('#filter button[type=submit]')]);
+  seen.all = await texts('#audit');
+  seen.allUrl = page.url();
+  seen.older = await page.locator('#older').count();
+  for (const view of ['Credentials', 'Callers', 'Connections']) {
+    await page.click(`nav >> text=${view}`);
+    seen[view] = await texts('#listing');
+    await page.screenshot({ path: `${dir}/${view.toLowerCase()}.png`, fullPage: true });
   }
-  await b.close();
-  console.log(JSON.stringify(out));
+  seen.scripts = await page.evaluate(() => document.scripts.length);
+  console.log(JSON.stringify(seen));
 } finally {
   await browser.close();
 }

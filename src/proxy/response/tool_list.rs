@@ -60,6 +60,10 @@ pub enum ListError {
     ContentType,
     #[error("reading the upstream's tools/list answer failed")]
     Body,
+    /// An SSE stream's `endpoint` event tessera will not pass on
+    /// (`crate::proxy::legacy_sse`).
+    #[error(transparent)]
+    Endpoint(#[from] crate::proxy::legacy_sse::EndpointError),
 }
 
 /// Who is listing: what a per-tool decision needs.
@@ -75,6 +79,9 @@ pub struct ToolFilter {
     path: String,
     /// Read a success answer as SSE whatever its Content-Type says.
     sse: bool,
+    /// Rewrite `endpoint` events (the 2024-11-05 transport) under the
+    /// connection's address.
+    endpoints: Option<crate::proxy::legacy_sse::Endpoints>,
 }
 
 impl ToolFilter {
@@ -99,7 +106,14 @@ impl ToolFilter {
             max_bytes,
             path: String::new(),
             sse: false,
+            endpoints: None,
         }
+    }
+
+    /// Rewrite the `endpoint` events of an SSE answer with `e`.
+    pub fn with_endpoints(mut self, e: crate::proxy::legacy_sse::Endpoints) -> ToolFilter {
+        self.endpoints = Some(e);
+        self
     }
 
     /// The sub-path of the request that asked: a tool is listed when it
@@ -312,6 +326,13 @@ fn names_tools(b: &[u8]) -> bool {
 /// `Ok(None)`: pass it as it is. An event that could hold a `tools`
 /// member but cannot be read is an error: the stream ends before it.
 fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, ListError> {
+    // An `endpoint` event names a URL, not JSON: rewritten, and nothing
+    // else is read of it.
+    if let Some(e) = &f.endpoints {
+        if let Some(out) = crate::proxy::legacy_sse::rewrite_event(event, e)? {
+            return Ok(Some(out));
+        }
+    }
     // A member named `tools` is spelled so in the bytes, or with an
     // escape (`tool\u0073`); an event with neither cannot list tools, and
     // is passed unparsed (most progress and log events).
@@ -350,13 +371,20 @@ fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, Li
     let Some(new) = f.rewrite(json.as_bytes())? else {
         return Ok(None);
     };
-    let mut out = Vec::with_capacity(event.len());
+    Ok(Some(with_data(&lines, &new)))
+}
+
+/// One event again from its non-empty `lines`, with `data` as its only
+/// `data:` line, where the first was; the other fields and comments are
+/// kept in order.
+pub(crate) fn with_data(lines: &[&str], data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum::<usize>() + data.len());
     let mut wrote = false;
     for l in lines {
-        if l == "data" || l.starts_with("data:") {
+        if *l == "data" || l.starts_with("data:") {
             if !wrote {
                 out.extend_from_slice(b"data: ");
-                out.extend_from_slice(&new);
+                out.extend_from_slice(data);
                 out.push(b'\n');
                 wrote = true;
             }
@@ -366,7 +394,7 @@ fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, Li
         }
     }
     out.push(b'\n');
-    Ok(Some(out))
+    out
 }
 
 impl<B> Body for Sse<B>
