@@ -196,7 +196,7 @@ async fn the_api_manages_what_the_cli_does_and_records_who_acted() {
     assert_eq!(s, 404, "{v}");
     p.synced().await;
     let (s, _) = post_json(&agent, tools_call(2, "search")).await;
-    assert_eq!(s, 401);
+    assert_eq!(s, 403);
 
     // Every action, by whom: the token's name for the API, `cli` for the
     // command line; failures too.
@@ -366,7 +366,7 @@ async fn health_readiness_and_metrics() {
         .send()
         .await
         .unwrap();
-    assert_eq!(wrong.status(), 401);
+    assert_eq!(wrong.status(), 403);
 
     let metrics = || async {
         let r = client()
@@ -386,7 +386,7 @@ async fn health_readiness_and_metrics() {
     let has = |text: &str, line: &str| text.lines().any(|l| l == line);
     for line in [
         "tessera_requests_total{outcome=\"forwarded\",status=\"200\"} 1",
-        "tessera_requests_total{outcome=\"refused\",status=\"401\"} 1",
+        "tessera_requests_total{outcome=\"refused\",status=\"403\"} 1",
         "tessera_refusals_total{reason=\"unauthenticated\"} 1",
         "tessera_upstream_latency_seconds_count 1",
         "tessera_open_streams 0",

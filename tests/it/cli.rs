@@ -33,7 +33,7 @@ async fn revocation_from_another_process_takes_effect_within_a_second() {
     assert_eq!(ok(&b).await.unwrap().status(), 200);
     assert!(p.cli(&["caller", "revoke", "b"]).status.success());
     let took = within(Duration::from_secs(1), || async {
-        ok(&b).await.unwrap().status() == 401
+        ok(&b).await.unwrap().status() == 403
     })
     .await;
     eprintln!("caller revocation served after {took:?}");
@@ -229,7 +229,7 @@ async fn serve_binary_logs_no_secret() {
             .await
             .unwrap()
             .status(),
-        401
+        403
     );
     assert_eq!(
         c.post(&denied.url)

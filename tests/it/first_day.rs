@@ -149,7 +149,7 @@ async fn a_caller_is_rotated_updated_revoked_and_restored() {
     assert!(new.starts_with("tsr_") && new != a.token);
     within(Duration::from_secs(1), || {
         let s = status(a.token.clone());
-        async move { s.await == 401 }
+        async move { s.await == 403 }
     })
     .await;
     assert_eq!(status(new.clone()).await, 200);
@@ -188,7 +188,7 @@ async fn a_caller_is_rotated_updated_revoked_and_restored() {
         async move { s.await == 200 }
     })
     .await;
-    assert_eq!(status(new).await, 401);
+    assert_eq!(status(new).await, 403);
     let o = p.cli(&["caller", "restore", "agent"]);
     assert!(stderr(&o).contains("is not revoked"), "{}", stderr(&o));
 }

@@ -61,14 +61,14 @@ async fn a_finished_stream_hands_its_connection_back() {
     let up = Upstream::start().await;
     let p = Proxy::start(Proxy::dir()).await;
     let a = p.agent("gh", &up.url(""), "agent").await;
-    let mut r = call(&a, &format!("{}/sse", a.url)).await;
+    let mut r = call(&a, &format!("{}/stream", a.url)).await;
     let tx = up.sse_sender().await;
     tx.send(Bytes::from_static(b"data: 1\n\n")).await.unwrap();
     assert_eq!(r.chunk().await.unwrap().unwrap(), "data: 1\n\n");
     // The upstream ends the stream; the caller reads to the end.
     drop(tx);
     assert!(r.chunk().await.unwrap().is_none());
-    call(&a, &format!("{}/mcp", a.url))
+    call(&a, &format!("{}/other", a.url))
         .await
         .bytes()
         .await

@@ -302,7 +302,9 @@ async fn answer(
                     frames,
                 ))))
         }
-        "/sse" => {
+        // `/stream`: the same, reached as a sub-path (`/c/<id>/sse` is the
+        // connection's address itself).
+        "/sse" | "/stream" => {
             let (tx, rx) = mpsc::channel::<Bytes>(8);
             *sse.lock().unwrap() = Some(tx);
             opened.notify_waiters();
