@@ -332,17 +332,26 @@ async fn the_webhook_announces_each_new_pending_approval_and_retries() {
     assert_logs_lack(&[SECRET, "secret-path"]);
 }
 
-#[tokio::test]
-async fn the_webhook_obeys_the_egress_rule() {
+/// An upstream, a webhook receiver that answers 204, a proxy holding
+/// writes that posts to it (set up further by `tweak`), and an agent.
+async fn with_webhook(
+    tweak: impl FnOnce(&mut tessera::config::ServeConfig),
+) -> (Upstream, Proxy, Agent, mpsc::UnboundedReceiver<Value>) {
     let up = Upstream::start().await;
-    let (hook, mut got) = receiver(0, None).await;
+    let (hook, got) = receiver(0, None).await;
     let url: url::Url = hook.parse().unwrap();
     let p = ask_proxy(|c| {
         c.approval_webhook = Some(url);
-        c.egress.allow_private = false;
+        tweak(c);
     })
     .await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    (up, p, a, got)
+}
+
+#[tokio::test]
+async fn the_webhook_obeys_the_egress_rule() {
+    let (_up, p, a, mut got) = with_webhook(|c| c.egress.allow_private = false).await;
     let mut delivered = p.state.approvals.deliveries();
     let (_, v) = post_json(&a, write(1, json!({}))).await;
     approval_in(&v);
@@ -353,15 +362,8 @@ async fn the_webhook_obeys_the_egress_rule() {
 
 #[tokio::test]
 async fn a_held_call_waits_for_a_decision() {
-    let up = Upstream::start().await;
-    let (hook, mut got) = receiver(0, None).await;
-    let url: url::Url = hook.parse().unwrap();
-    let p = ask_proxy(|c| {
-        c.approval_webhook = Some(url);
-        c.approval_wait = Duration::from_secs(30);
-    })
-    .await;
-    let a = Arc::new(p.agent("gh", &up.url("/mcp"), "agent").await);
+    let (up, p, a, mut got) = with_webhook(|c| c.approval_wait = Duration::from_secs(30)).await;
+    let a = Arc::new(a);
 
     // Granted while the call waits: it runs and is answered normally.
     let started = std::time::Instant::now();
@@ -633,18 +635,13 @@ async fn the_approval_settings_are_read_like_the_others() {
 /// by the change notification.
 #[tokio::test]
 async fn a_grant_on_another_replica_reaches_the_waiting_call() {
-    let up = Upstream::start().await;
-    let (hook, mut got) = receiver(0, None).await;
-    let webhook: url::Url = hook.parse().unwrap();
-    let waiter = ask_proxy(|c| {
-        c.approval_webhook = Some(webhook);
+    let (up, waiter, a, mut got) = with_webhook(|c| {
         c.approval_wait = Duration::from_secs(30);
         if on_postgres() {
             c.refresh_interval = Duration::from_secs(60);
         }
     })
     .await;
-    let a = waiter.agent("gh", &up.url("/mcp"), "agent").await;
     let shared = database_url(waiter.dir.path()).unwrap_or_else(|| {
         format!(
             "sqlite://{}",
