@@ -679,3 +679,87 @@ async fn a_grant_on_another_replica_reaches_the_waiting_call() {
     assert!(ran(&v), "{v}");
     assert_eq!(up.seen().len(), 1);
 }
+
+/// Migration 0010 on a store that holds approvals and admin tokens from
+/// before: states made explicit (a spent grant reads `used`), pending ones
+/// given the default expiry, tokens the admin role, nothing lost.
+#[tokio::test]
+async fn the_states_migration_keeps_what_was_recorded() {
+    let dir = Proxy::dir();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let (folder, url) = match database_url(dir.path()) {
+        Some(url) => (root.join("postgres"), url),
+        None => (
+            root.join("sqlite"),
+            format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("tessera.db").display()
+            ),
+        ),
+    };
+    // The migrations up to 0009 only, as a tessera of before applied them.
+    let before = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&folder).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if name.as_str() < "0010" {
+            std::fs::copy(&path, before.path().join(&name)).unwrap();
+        }
+    }
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    sqlx::migrate::Migrator::new(before.path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    let now = tessera::telemetry::time::now_ms();
+    for (id, status, expires, uses) in [
+        ("ap_oldpending01", "pending", "NULL", "NULL"),
+        ("ap_oldspent0001", "granted", "9999999999999", "0"),
+        ("ap_oldlive00001", "granted", "9999999999999", "2"),
+        ("ap_olddenied001", "denied", "NULL", "NULL"),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
+             arguments_sha256, status, expires_at, uses_left) \
+             VALUES ('{id}', {now}, 'agent', 'c1', 'tools/call', 'write_file', 'v2:{id}', \
+             '{status}', {expires}, {uses})"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("INSERT INTO admin_tokens (name, token_sha256, created_at) VALUES ('ops', $1, 1)")
+        .bind(vec![7u8; 32])
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+
+    // Any command applies 0010, and reads what it rebuilt (in the same
+    // process: on SQLite from connections opened after the migration).
+    let all = ok(cli(dir.path(), &["approval", "list", "--all", "--json"]));
+    let rows: Vec<Value> = all
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |id: &str| rows.iter().find(|r| r["id"] == id).expect(&all).clone();
+    assert_eq!(of("ap_oldspent0001")["status"], "used");
+    assert_eq!(of("ap_oldlive00001")["status"], "granted");
+    assert_eq!(of("ap_olddenied001")["status"], "denied");
+    let pending = of("ap_oldpending01");
+    assert_eq!(pending["status"], "pending");
+    assert_eq!(pending["expires_at"].as_i64().unwrap(), now + 86_400_000);
+    let tokens = ok(cli(dir.path(), &["admin-token", "list"]));
+    assert!(
+        tokens
+            .lines()
+            .any(|l| l.starts_with("ops") && l.contains("admin")),
+        "{tokens}"
+    );
+    // And the moves apply to them: the spent grant is history.
+    let e = refused(cli(dir.path(), &["approval", "deny", "ap_oldspent0001"]));
+    assert!(e.contains("is used"), "{e}");
+}
