@@ -86,6 +86,15 @@ pub async fn run(
         max_connections_per_source = cfg.max_connections_per_source,
         "tessera serving"
     );
+    // What admin commands print connection URLs on when not told: this
+    // process's public URL (the bound port when it listens on port 0).
+    let served = match (cfg.public_url.port(), listener.local_addr()) {
+        (Some(0), Ok(a)) => crate::config::default_public_url(a),
+        _ => cfg.public_url.clone(),
+    };
+    if let Err(e) = state.store.record_served_url(served.as_str()).await {
+        tracing::warn!(error = %e, "recording the public URL for admin commands failed");
+    }
     started(&state);
     crate::proxy::listener::run(listener, state.clone(), shutdown, p.shutdown_grace).await;
     drop(stop_admin);

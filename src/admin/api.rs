@@ -160,7 +160,65 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(t)) => Ok(Body(t)),
-            Err(e) => Err(ApiError::new(e.status(), e.body_text())),
+            Err(e) => Err(ApiError::new(e.status(), without_values(&e.body_text()))),
+        }
+    }
+}
+
+/// A body's rejection without the values serde quotes (`` invalid type:
+/// string "…" ``, `` integer `…` ``, `` unknown field `…` ``): the value was
+/// maybe a secret (`"secret": 1234…`, a token pasted into `groups` or as a
+/// key), and the message is answered and may be logged. Names the schema
+/// gives (`` missing field `name` ``, `` expected one of `…` ``), the kind
+/// of mistake and the position stay.
+fn without_values(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(['"', '`']) {
+        let (before, from) = rest.split_at(i);
+        out.push_str(before);
+        let q = from.chars().next().expect("found a quote");
+        let Some(end) = from[1..].find(q) else {
+            out.push(q);
+            out.push('…');
+            return out;
+        };
+        let quoted = &from[1..1 + end];
+        let value = q == '"'
+            || [
+                "integer ",
+                "point ",
+                "boolean ",
+                "unknown field ",
+                "variant ",
+            ]
+            .iter()
+            .any(|p| out.ends_with(p));
+        out.push(q);
+        out.push_str(if value { "…" } else { quoted });
+        out.push(q);
+        rest = &from[2 + end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::without_values;
+
+    #[test]
+    fn a_rejected_body_quotes_no_value() {
+        let pasted = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
+        for (text, kept) in [
+            (format!("secret: invalid type: string \"{pasted}\", expected a sequence at line 1 column 9"), "secret: invalid type: string"),
+            ("secret: invalid type: integer `12345678901234567890`, expected a string".to_string(), "expected a string"),
+            (format!("unknown field `{pasted}`, expected one of `name`, `groups`"), "expected one of `name`, `groups`"),
+            ("missing field `name` at line 1 column 2".to_string(), "missing field `name`"),
+        ] {
+            let shown = without_values(&text);
+            assert!(!shown.contains(pasted) && !shown.contains("1234567890"), "{shown}");
+            assert!(shown.contains(kept), "{shown}");
         }
     }
 }
@@ -300,6 +358,43 @@ fn approver_may(method: &http::Method, path: &str) -> bool {
 
 /// The admin router and its OpenAPI document, built from the same list of
 /// handlers.
+/// The document with each operation's parameters declared once: utoipa
+/// adds a path parameter for the `Path` extractor beside the one `params`
+/// declares with its pattern, and OpenAPI forbids the same name and place
+/// twice. The declared one (with a schema pattern) is kept.
+fn one_parameter_each(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::path::Parameter;
+    let has_pattern =
+        |p: &Parameter| serde_json::to_value(p).is_ok_and(|v| v["schema"]["pattern"].is_string());
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in ops.into_iter().flatten() {
+            let Some(params) = op.parameters.as_mut() else {
+                continue;
+            };
+            let mut kept: Vec<Parameter> = Vec::with_capacity(params.len());
+            for p in params.drain(..) {
+                let same = kept
+                    .iter()
+                    .position(|k| k.name == p.name && k.parameter_in == p.parameter_in);
+                match same {
+                    None => kept.push(p),
+                    Some(i) if has_pattern(&p) && !has_pattern(&kept[i]) => kept[i] = p,
+                    Some(_) => {}
+                }
+            }
+            *params = kept;
+        }
+    }
+    doc
+}
+
 pub fn router(state: Arc<State>) -> Router {
     let (v1, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_credentials, add_credential))
@@ -329,8 +424,8 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .split_for_parts();
+    let mut doc = one_parameter_each(doc);
     // On the whole document: the paths exist only now.
-    let mut doc = doc;
     utoipa::Modify::modify(&Roles, &mut doc);
     let doc = Arc::new(doc);
     v1.route(
@@ -413,7 +508,7 @@ pub struct NewCredential {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     name: String,
     /// An http(s) URL without credentials or fragment.
-    #[schema(pattern = "^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$")]
+    #[schema(pattern = "^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?(/[A-Za-z0-9._~/-]*)?$")]
     upstream: String,
     /// `bearer` (default), `basic`, `header` or `oauth2`.
     #[serde(default = "bearer_scheme")]

@@ -47,7 +47,9 @@ pub enum AdminError {
     NothingToChange,
     #[error("{0} does not apply to a credential of scheme {1}")]
     NotForScheme(&'static str, &'static str),
-    #[error("invalid scheme {0:?}: use bearer, basic, header or oauth2")]
+    // The value is not shown: a secret pasted in its place would be echoed
+    // and kept in the admin audit.
+    #[error("invalid scheme: use bearer, basic, header or oauth2")]
     BadScheme(String),
     #[error("{0}")]
     Policies(String),
@@ -190,7 +192,8 @@ impl<'a> Admin<'a> {
         .await
     }
 
-    pub async fn credential_remove(&self, name: &str, cascade: bool) -> Result<(), AdminError> {
+    /// Returns how many connections (live or revoked) went with it.
+    pub async fn credential_remove(&self, name: &str, cascade: bool) -> Result<u64, AdminError> {
         self.record(Action::CredentialRemove, name, async |s| {
             Ok(s.remove_credential(name, cascade).await?)
         })
@@ -698,23 +701,32 @@ pub(super) async fn credential_add_oauth(
 /// refused URL may carry (the error is stored in the admin audit and
 /// shown to whoever reads it), parsed or not.
 fn without_userinfo(s: &str) -> String {
+    // A query or fragment may hold a secret too: shown as `?…`.
+    let hidden = |had: bool| if had { "?…" } else { "" };
     if let Ok(mut u) = Url::parse(s) {
         if u.set_username("").is_ok() && u.set_password(None).is_ok() {
-            return u.to_string();
+            let had = u.query().is_some() || u.fragment().is_some();
+            u.set_query(None);
+            u.set_fragment(None);
+            return format!("{u}{}", hidden(had));
         }
     }
     // Unparsed: drop everything between the scheme and the last '@' of the
-    // authority.
+    // authority, and the query.
     let (scheme, rest) = s.split_once("://").unwrap_or(("", s));
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let host = match rest[..end].rfind('@') {
         Some(at) => &rest[at + 1..],
         None => rest,
     };
+    let (host, had) = match host.find(['?', '#']) {
+        Some(q) => (&host[..q], true),
+        None => (host, false),
+    };
     if scheme.is_empty() {
-        host.to_string()
+        format!("{host}{}", hidden(had))
     } else {
-        format!("{scheme}://{host}")
+        format!("{scheme}://{host}{}", hidden(had))
     }
 }
 
@@ -734,6 +746,11 @@ pub fn check_upstream(s: &str) -> Result<Url, AdminError> {
     }
     if u.fragment().is_some() {
         return Err(bad("it has a fragment"));
+    }
+    if u.query().is_some_and(crate::wire::query::names_credential) {
+        return Err(bad(
+            "a query parameter names a credential: tessera would store and list it in clear; give the secret as the credential's (--scheme header sends it in a header)",
+        ));
     }
     Ok(u)
 }
@@ -880,14 +897,14 @@ pub(super) async fn credential_update(
     };
     let not_for = |what: &'static str| AdminError::NotForScheme(what, scheme);
     if c.header_name.is_some() && scheme != "header" {
-        return Err(not_for("--header-name"));
+        return Err(not_for("a header name"));
     }
     if c.username.is_some() && scheme != "basic" {
-        return Err(not_for("--username"));
+        return Err(not_for("a user name"));
     }
     let oauth_change = c.token_url.is_some() || c.scopes.is_some() || c.audience.is_some();
     let oauth = match (&row.oauth, oauth_change) {
-        (None, true) => return Err(not_for("--token-url, --scope and --audience")),
+        (None, true) => return Err(not_for("a token URL, scopes or an audience")),
         (Some(doc), true) => {
             let mut config: crate::credentials::oauth::OAuthConfig = serde_json::from_str(doc)
                 .map_err(|_| AdminError::OAuth("the credential's OAuth settings are unreadable"))?;

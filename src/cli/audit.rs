@@ -14,7 +14,7 @@ pub(crate) async fn audit(
 ) -> Result<()> {
     if !json {
         out!(
-            "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} REASON",
+            "{:<27} {:<16} {:<8} {:<6} {:<26} {:<20} {:<7} {:<6} REASON",
             "TIME",
             "CALLER",
             "CONN",
@@ -37,7 +37,7 @@ pub(crate) async fn audit(
                     tessera::telemetry::log::printable(s.unwrap_or("-")).into_owned()
                 };
                 out!(
-                    "{:<27} {:<16} {:<8} {:<6} {:<16} {:<20} {:<7} {:<6} {}",
+                    "{:<27} {:<16} {:<8} {:<6} {:<26} {:<20} {:<7} {:<6} {}",
                     tessera::telemetry::log::rfc3339(at),
                     r.caller,
                     r.connection.chars().take(8).collect::<String>(),

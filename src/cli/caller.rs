@@ -64,7 +64,14 @@ pub(crate) async fn caller(at: &Place, c: CallerCmd) -> Result<()> {
         }
         CallerCmd::Restore { name } => {
             let token = Admin::new(&store, CLI).caller_restore(&name).await?;
-            new_token(at, &name, "restored", token);
+            let url = url::Url::parse("http://127.0.0.1").expect("a URL");
+            let live = service::connections(&store, &url)
+                .await?
+                .iter()
+                .filter(|c| c.caller == name && c.state == service::ConnectionState::Live)
+                .count();
+            let what = format!("restored ({live} of its connections serve it again)");
+            new_token(at, &name, &what, token);
         }
         CallerCmd::Update { name, groups, .. } => {
             Admin::new(&store, CLI)

@@ -16,15 +16,28 @@ pub(crate) struct Address {
     /// --listen).
     #[arg(long, env = "TESSERA_PUBLIC_URL")]
     public_url: Option<String>,
-    /// `serve`'s --listen, for the URL when no --public-url is given.
-    #[arg(long, env = "TESSERA_LISTEN", default_value = tessera::config::DEFAULT_LISTEN, value_parser = tessera::config::parse_listen)]
-    listen: std::net::SocketAddr,
+    /// `serve`'s --listen, for the URL when no --public-url is given
+    /// (default: the URL the last `serve` to start on this store answers
+    /// on, else 127.0.0.1:7470).
+    #[arg(long, env = "TESSERA_LISTEN", value_parser = tessera::config::parse_listen)]
+    listen: Option<std::net::SocketAddr>,
 }
 
 impl Address {
-    fn public_url(&self) -> Result<url::Url> {
+    /// The base of connection URLs: as given (flag, environment, settings
+    /// file), else what the last `serve` recorded, else the default.
+    async fn public_url(&self, store: &Store) -> Result<url::Url> {
+        if self.public_url.is_none() && self.listen.is_none() {
+            if let Some(u) = store.served_url().await? {
+                return Ok(tessera::config::parse_public_url(&u)?);
+            }
+        }
+        let listen = match self.listen {
+            Some(l) => l,
+            None => tessera::config::DEFAULT_LISTEN.parse()?,
+        };
         Ok(tessera::config::public_url(
-            self.listen,
+            listen,
             self.public_url.as_deref(),
         )?)
     }
@@ -65,7 +78,7 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
             credential,
             address,
         } => {
-            let public_url = address.public_url()?;
+            let public_url = address.public_url(&store).await?;
             let url = Admin::new(&store, CLI)
                 .connection_add(&public_url, &caller, &credential)
                 .await?;
@@ -81,12 +94,12 @@ pub(crate) async fn connection(at: &Place, c: ConnectionCmd) -> Result<()> {
                 .connection_revoke(&id_or_url)
                 .await?;
             at.say(
-                "connection revoked",
+                format!("connection {} revoked", service::connection_id(&id_or_url)?),
                 serde_json::json!({"revoked": service::connection_id(&id_or_url)?}),
             );
         }
         ConnectionCmd::List { address } => {
-            let rows = service::connections(&store, &address.public_url()?).await?;
+            let rows = service::connections(&store, &address.public_url(&store).await?).await?;
             if at.json {
                 out!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

@@ -261,12 +261,12 @@ pub(crate) async fn credential(at: &Place, c: CredentialCmd) -> Result<()> {
             );
         }
         CredentialCmd::Remove { name, cascade } => {
-            Admin::new(&store, CLI)
+            let n = Admin::new(&store, CLI)
                 .credential_remove(&name, cascade)
                 .await?;
             at.say(
-                format!("credential {name} removed"),
-                serde_json::json!({"removed": name}),
+                format!("credential {name} removed, with its {n} connection(s)"),
+                serde_json::json!({"removed": name, "connections_removed": n}),
             );
         }
         CredentialCmd::SetSecret { name, secret } => {

@@ -170,7 +170,7 @@ pub(crate) enum Cmd {
         /// Only this caller's records.
         #[arg(long)]
         caller: Option<String>,
-        /// A connection id (the last part of its URL; it may begin with '-').
+        /// A connection's id or URL (an id may begin with '-').
         #[arg(long, allow_hyphen_values = true)]
         connection: Option<String>,
         /// Only records this recent: 30s, 15m, 1h, 7d.
@@ -208,7 +208,7 @@ pub(crate) fn config_path() -> Option<PathBuf> {
 pub(crate) fn settings(cmd: &clap::Command) -> Vec<(String, String)> {
     cmd.get_arguments()
         .filter_map(|a| Some((a.get_long()?, a.get_id().as_str())))
-        .filter(|(l, _)| !matches!(*l, "config" | "help" | "version"))
+        .filter(|(l, _)| !matches!(*l, "config" | "help" | "version" | "json"))
         .map(|(l, id)| (l.to_string(), id.to_string()))
         .collect()
 }
@@ -320,14 +320,24 @@ pub(crate) fn parse_cli() -> Result<(Cli, clap::ArgMatches, Vec<String>)> {
             }
             let note = value_source_note(&e, &cmd, &from_file);
             let text = hide_secrets(e.render().to_string().trim());
-            let text = match &note {
-                Some(n) => format!("{text}\n{n}"),
-                None => text,
-            };
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
             if json_requested() {
-                report_error(text.trim_start_matches("error: "), true);
+                // The message alone: the usage lines are for a person.
+                let end = ["\n\nUsage:", "\n\nFor more information"]
+                    .iter()
+                    .filter_map(|m| text.find(m))
+                    .min()
+                    .unwrap_or(text.len());
+                let text = match &note {
+                    Some(n) => format!("{}\n{n}", &text[..end]),
+                    None => text[..end].to_string(),
+                };
+                report_error(&text, true);
             } else {
-                eprintln!("{text}");
+                eprintln!("tessera: {text}");
+                if let Some(n) = note {
+                    eprintln!("{n}");
+                }
             }
             std::process::exit(e.exit_code())
         }
@@ -380,10 +390,13 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
                 Some(url) => url.to_string(),
                 None => at.data_dir.display().to_string(),
             };
+            let named = match (&at.database, at.data_dir.as_path()) {
+                (Some(_), _) => " --database-url …".to_string(),
+                (None, d) if d == std::path::Path::new(IMPLICIT_DATA_DIR) => String::new(),
+                (None, d) => format!(" --data-dir {}", d.display()),
+            };
             at.say(
-                format!(
-                    "tessera store ready at {place} (schema at migration {v}); next: tessera serve"
-                ),
+                format!("tessera store ready at {place} (schema at migration {v}); next: tessera{named} serve (with --allow-private-upstreams for an upstream on this machine or a private network)"),
                 serde_json::json!({"store": place, "schema_version": v}),
             );
             Ok(())
@@ -419,6 +432,9 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
                     format!("--since {s:?}: give a number and a unit: 30s, 15m, 1h, 7d")
                 })?),
             };
+            let connection = connection
+                .map(|c| tessera::admin::service::connection_id(&c).map(str::to_string))
+                .transpose()?;
             let store = at.store().await?;
             let q = tessera::store::model::AuditQuery {
                 caller,

@@ -41,8 +41,11 @@ pub(crate) fn hide_secrets(text: &str) -> String {
     out.push_str(parts.next().unwrap_or_default());
     for (i, part) in parts.enumerate() {
         out.push('\'');
-        // Odd pieces are inside quotes.
-        if i % 2 == 0 && looks_secret(part) {
+        // Odd pieces are inside quotes. A stray value the parser did not
+        // expect (`--secret-stdin "$TOKEN"`) is hidden whatever it looks
+        // like; a flag's name is shown.
+        let stray = out.ends_with("unexpected argument '") && !part.starts_with('-');
+        if i % 2 == 0 && (stray || looks_secret(part)) {
             out.push_str("[not shown: it looks like a secret]");
         } else {
             out.push_str(part);
@@ -118,25 +121,34 @@ pub(crate) fn live(revoked_at: Option<i64>) -> &'static str {
     }
 }
 
-/// Whether `s` reads as the name of an environment variable rather than a
-/// secret pasted in its place (`--secret-env "$TOKEN"`): letters, digits
-/// and `_`, not starting with a digit, and either short or without
-/// lower-case letters (tokens mix cases and digits; variable names are
-/// conventionally upper case). A value that fails is never echoed.
+/// Whether `s` reads as the conventional name of an environment variable
+/// (`GITHUB_TOKEN`: upper-case letters, digits and `_`, not starting with a
+/// digit) and may be echoed in an error. Anything else given to a `--*-env`
+/// flag may be a secret pasted in place of its variable's name
+/// (`--secret-env "$TOKEN"`), and is never echoed.
 pub(crate) fn env_var_name(s: &str) -> bool {
-    let charset = s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && s.chars().next().is_some_and(|c| !c.is_ascii_digit());
-    let lower = s.chars().any(|c| c.is_ascii_lowercase());
-    charset && s.len() <= 64 && (!lower || s.len() < 20)
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
 pub(crate) fn read_secret(env_var: Option<&str>) -> Result<SecretString> {
     let s = match env_var {
-        Some(var) if !env_var_name(var) => bail!(
-            "the --*-env flags take the name of an environment variable (like GITHUB_TOKEN), not its value; what was given is not shown, since it may be the secret itself"
-        ),
-        Some(var) => std::env::var(var)
-            .with_context(|| format!("environment variable {var} is not set (or not UTF-8)"))?,
+        Some(var) => match std::env::var(var) {
+            Ok(v) => v,
+            Err(e) if env_var_name(var) => bail!(
+                "environment variable {var} {}",
+                match e {
+                    std::env::VarError::NotPresent => "is not set",
+                    std::env::VarError::NotUnicode(_) => "is not UTF-8",
+                }
+            ),
+            Err(_) => bail!(
+                "the --*-env flags take the name of an environment variable (like GITHUB_TOKEN), not its value; the one given is not set, and is not shown, since it may be the secret itself"
+            ),
+        },
         None => {
             if std::io::stdin().is_terminal() {
                 eprintln!("reading the secret from stdin (end with Ctrl-D)");
@@ -166,6 +178,8 @@ mod tests {
 
     #[test]
     fn a_pasted_token_is_hidden_from_a_parse_error() {
+        let short = super::hide_secrets("error: unexpected argument 'hunter2pass' found");
+        assert!(!short.contains("hunter2pass"), "{short}");
         let pasted = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
         let e = format!("error: unexpected argument '{pasted}' found\n\nUsage: tessera credential add [OPTIONS] --upstream <UPSTREAM> <NAME>");
         let shown = super::hide_secrets(&e);
@@ -185,11 +199,10 @@ mod tests {
     }
 
     #[test]
-    fn a_pasted_token_is_not_taken_for_a_variable_name() {
+    fn only_a_conventional_variable_name_is_echoed() {
         for name in [
             "GITHUB_TOKEN",
             "TEST_SECRET",
-            "my_token",
             "_X1",
             "TESSERA_MAX_PENDING_APPROVALS",
         ] {
@@ -197,12 +210,13 @@ mod tests {
         }
         for value in [
             "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
-            "tsr_aB3dEf5gH7jK9mN1pQ3sT5vX7zA9cE1g",
+            "hunter2pass",
+            "ghp_short",
+            "my_token",
             "sk-live-123",
             "secret with spaces",
             "1ABC",
             "",
-            "xoxb-1234-abcd",
         ] {
             assert!(!env_var_name(value), "{value}");
         }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use tessera::admin::service::{Admin, CLI};
 use tessera::authz::cedar::Policies;
@@ -122,6 +122,17 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 .connections
                 .get(&connection)
                 .with_context(|| format!("no live connection {connection:?}"))?;
+            if conn.caller_id != who.id {
+                bail!(
+                    "connection {connection} belongs to another caller: serve answers 404 before any policy runs"
+                );
+            }
+            if let Some(a) = arguments.as_deref() {
+                match serde_json::from_str::<serde_json::Value>(a) {
+                    Ok(v) if v.is_object() => {}
+                    _ => bail!("--arguments must be a JSON object, as a tool call's arguments are"),
+                }
+            }
             if let Some(m) = method.as_deref() {
                 let mcp =
                     tessera::authz::METHOD_ACTIONS.contains(&m) || m.starts_with("notifications/");

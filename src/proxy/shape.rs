@@ -49,29 +49,6 @@ pub(crate) fn check_shape(
     Ok(())
 }
 
-/// Query parameter names that name a credential (compared in lower case,
-/// `-` read as `_`). Exact names, not parts of names: `max_tokens` and
-/// `page_token` are everyday parameters that carry none.
-const CREDENTIAL_PARAMS: [&str; 17] = [
-    "access_token",
-    "refresh_token",
-    "id_token",
-    "auth_token",
-    "token",
-    "api_key",
-    "apikey",
-    "x_api_key",
-    "key",
-    "secret",
-    "client_secret",
-    "password",
-    "passwd",
-    "auth",
-    "authorization",
-    "credential",
-    "credentials",
-];
-
 /// Refuse (400, `query_credential`) a query with a parameter named like a
 /// credential (`?access_token=…`). Refused rather than dropped: dropping
 /// would silently change the request the caller sent, and refusing tells
@@ -79,19 +56,10 @@ const CREDENTIAL_PARAMS: [&str; 17] = [
 /// tessera's to inject). Names are percent-decoded (`%74oken`) and `+` is
 /// a space, as a form parser reads them.
 pub fn refuse_credential_query(query: Option<&str>) -> Result<(), ProxyError> {
-    let Some(q) = query else { return Ok(()) };
-    for pair in q.split(['&', ';']) {
-        let name = pair.split('=').next().unwrap_or("");
-        let name: String = url::form_urlencoded::parse(name.as_bytes())
-            .next()
-            .map(|(k, _)| k.into_owned())
-            .unwrap_or_default();
-        let name = name.trim().to_ascii_lowercase().replace('-', "_");
-        if CREDENTIAL_PARAMS.contains(&name.as_str()) {
-            return Err(ProxyError::QueryCredential);
-        }
+    match query {
+        Some(q) if crate::wire::query::names_credential(q) => Err(ProxyError::QueryCredential),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -53,6 +53,29 @@ impl Store {
         Ok(())
     }
 
+    /// Record the public URL a starting `serve` answers on (connection
+    /// URLs are built on it). Not a data change: no revision.
+    pub async fn record_served_url(&self, public_url: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO served (id, public_url, at) VALUES (1, $1, $2)
+             ON CONFLICT (id) DO UPDATE SET public_url = excluded.public_url, at = excluded.at",
+        )
+        .bind(public_url)
+        .bind(crate::telemetry::time::now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The public URL the last `serve` to start recorded, if any.
+    pub async fn served_url(&self) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT public_url FROM served WHERE id = 1")
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
     pub async fn revoke_connection(&self, id: &str) -> Result<(), StoreError> {
         self.revoke(Revocable::Connection, id).await
     }

@@ -90,7 +90,8 @@ impl Store {
     /// Remove a credential, its cached OAuth token and its connections.
     /// Refused while a live connection (its caller live too) uses it,
     /// unless `cascade`. The audit trail keeps their names and ids.
-    pub async fn remove_credential(&self, name: &str, cascade: bool) -> Result<(), StoreError> {
+    /// Returns how many connections went with it.
+    pub async fn remove_credential(&self, name: &str, cascade: bool) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let id: i64 = sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1")
             .bind(name)
@@ -113,19 +114,22 @@ impl Store {
                 live,
             });
         }
-        for sql in [
-            "DELETE FROM connections WHERE credential_id = $1",
-            "DELETE FROM credentials WHERE id = $1",
-        ] {
-            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-        }
+        let removed = sqlx::query("DELETE FROM connections WHERE credential_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("DELETE FROM credentials WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM oauth_tokens WHERE credential = $1")
             .bind(name)
             .execute(&mut *tx)
             .await?;
         Self::bump(&mut tx).await?;
         self.commit(tx).await?;
-        Ok(())
+        Ok(removed)
     }
 
     pub async fn credentials(&self) -> Result<Vec<CredentialRow>, StoreError> {

@@ -38,7 +38,7 @@ use model::{
 /// A storage failure. Messages name the thing, never a secret.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{kind} {name:?} already exists")]
+    #[error("{kind} {name:?} already exists{}", duplicate_hint(kind))]
     Duplicate { kind: &'static str, name: String },
     #[error("no {kind} named {name:?}")]
     NotFound { kind: &'static str, name: String },
@@ -48,7 +48,7 @@ pub enum StoreError {
     RevokedName { kind: &'static str, name: String },
     #[error("{kind} {name:?} is not revoked")]
     NotRevoked { kind: &'static str, name: String },
-    #[error("credential {name:?} is used by {live} live connection(s): revoke them first, or remove it with its connections (--cascade)")]
+    #[error("credential {name:?} is used by {live} live connection(s): revoke them first, or remove it with its connections (--cascade; cascade=true in the admin API)")]
     InUse { name: String, live: i64 },
     #[error("creating the data dir {path}: {source}")]
     DataDir {
@@ -71,6 +71,15 @@ pub enum StoreError {
     Url(String),
     #[error("the database's schema is at migration {found}, newer than this tessera knows (up to {known}): run the newer tessera that migrated it, or restore a backup")]
     NewerSchema { found: i64, known: i64 },
+}
+
+/// What to do instead of adding a name again.
+fn duplicate_hint(kind: &str) -> &'static str {
+    match kind {
+        "credential" => ": change it with `credential update` or `credential set-secret`",
+        "caller" => ": `caller rotate-token` gives it a new token",
+        _ => "",
+    }
 }
 
 /// `f`, or a [`StoreError::Timeout`] once `limit` has passed: a database
@@ -241,6 +250,13 @@ impl Store {
             Some(Backend::Sqlite) => {
                 let u = url.expect("matched");
                 let opts = SqliteConnectOptions::from_str(u.expose())?.create_if_missing(true);
+                let file = opts.get_filename();
+                if file != Path::new(":memory:") {
+                    create_private_file(file).map_err(|source| StoreError::DataDir {
+                        path: file.display().to_string(),
+                        source,
+                    })?;
+                }
                 (Self::open_sqlite(opts).await?, Backend::Sqlite)
             }
             None => {
@@ -248,8 +264,13 @@ impl Store {
                     path: data_dir.display().to_string(),
                     source,
                 })?;
+                let file = data_dir.join("tessera.db");
+                create_private_file(&file).map_err(|source| StoreError::DataDir {
+                    path: file.display().to_string(),
+                    source,
+                })?;
                 let opts = SqliteConnectOptions::new()
-                    .filename(data_dir.join("tessera.db"))
+                    .filename(file)
                     .create_if_missing(true);
                 (Self::open_sqlite(opts).await?, Backend::Sqlite)
             }
@@ -500,4 +521,21 @@ fn create_private_dir(path: &Path) -> std::io::Result<()> {
         b.mode(0o700);
     }
     b.create(path)
+}
+
+/// Create an empty file readable by its owner only (0600 on Unix), unless
+/// it exists: a new SQLite database, whose `-wal` and `-shm` files SQLite
+/// then creates with the same mode, in a folder that may be open to others.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    match o.open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        r => r.map(drop),
+    }
 }

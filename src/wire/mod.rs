@@ -3,6 +3,7 @@
 
 pub mod decode;
 pub mod headers;
+pub mod query;
 
 /// The boxed error of a body or a connection.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

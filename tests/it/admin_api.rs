@@ -452,9 +452,12 @@ async fn the_openapi_document_describes_every_route_the_api_serves() {
     let paths = doc["paths"].as_object().unwrap();
     for p in [
         "/v1/credentials",
+        "/v1/credentials/{name}",
         "/v1/credentials/{name}/secret",
         "/v1/callers",
         "/v1/callers/{name}",
+        "/v1/callers/{name}/token",
+        "/v1/callers/{name}/restore",
         "/v1/connections",
         "/v1/connections/{id}",
         "/v1/approvals",
@@ -470,6 +473,21 @@ async fn the_openapi_document_describes_every_route_the_api_serves() {
         "/readyz",
     ] {
         assert!(paths.contains_key(p), "{p} missing from the document");
+    }
+    // Each operation declares a parameter once (OpenAPI forbids the same
+    // name and place twice), with its pattern.
+    for (path, ops) in paths {
+        for (method, op) in ops.as_object().unwrap() {
+            let params = op["parameters"].as_array().cloned().unwrap_or_default();
+            let mut seen = std::collections::HashSet::new();
+            for p in &params {
+                let key = (p["name"].to_string(), p["in"].to_string());
+                assert!(seen.insert(key), "{method} {path}: {} twice", p["name"]);
+                if p["in"] == "path" {
+                    assert!(p["schema"]["pattern"].is_string(), "{method} {path}: {p}");
+                }
+            }
+        }
     }
     // Every documented operation is routed: without a token each answers
     // 401 (or 200 for the open health checks), never 404 or 405.

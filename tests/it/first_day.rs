@@ -54,6 +54,28 @@ fn an_admin_command_does_not_create_the_implicit_store() {
     let o = bare(cwd.path()).arg("init").output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(looked.join("tessera.db").exists() && looked.join("master.key").exists());
+    // The database is its owner's alone, even in a folder open to others.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let open = cwd.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let o = bare(cwd.path())
+            .arg("--data-dir")
+            .arg(&open)
+            .args(["caller", "add", "x"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        // (Its -wal and -shm files, while they exist, take its mode:
+        // SQLite creates them so.)
+        let mode = std::fs::metadata(open.join("tessera.db"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "tessera.db is {mode:o}");
+    }
     let o = bare(cwd.path())
         .args(["caller", "add", "a"])
         .output()
@@ -123,6 +145,39 @@ fn connection_urls_come_from_the_settings_serve_reads() {
     );
 }
 
+/// With no address given, `connection add` prints the URL the running
+/// `serve` answers on, whatever flags it was started with.
+#[tokio::test]
+async fn connection_urls_default_to_what_serve_answers_on() {
+    let p = Proxy::start(Proxy::dir()).await;
+    register(
+        p.dir.path(),
+        "http://127.0.0.1:1",
+        "gh",
+        "http://127.0.0.1:1/mcp",
+        "a",
+    );
+    let o = tessera(p.dir.path())
+        .env_remove("TESSERA_PUBLIC_URL")
+        .env_remove("TESSERA_LISTEN")
+        .args(["connection", "add", "--caller", "a", "--credential", "gh"])
+        .output()
+        .unwrap();
+    let url = last_line(&o);
+    assert!(
+        url.starts_with(&format!("{}/c/", p.base())),
+        "{url} is not on {}",
+        p.base()
+    );
+    // Given explicitly, the address wins.
+    let o = tessera(p.dir.path())
+        .env_remove("TESSERA_PUBLIC_URL")
+        .args(["connection", "list", "--listen", "localhost:7999"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("http://127.0.0.1:7999/c/"));
+}
+
 #[tokio::test]
 async fn a_caller_is_rotated_updated_revoked_and_restored() {
     let up = Upstream::start().await;
@@ -181,7 +236,9 @@ async fn a_caller_is_rotated_updated_revoked_and_restored() {
     assert!(stderr(&o).contains("is revoked"), "{}", stderr(&o));
 
     // Restored under a new token; the rotated one stays dead.
-    let restored = last_line(&p.cli(&["caller", "restore", "agent"]));
+    let o = p.cli(&["caller", "restore", "agent"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 of its connections serve it again"));
+    let restored = last_line(&o);
     assert!(restored.starts_with("tsr_") && restored != new);
     within(Duration::from_secs(1), || {
         let s = status(restored.clone());
@@ -233,6 +290,7 @@ async fn a_credential_is_updated_and_removed() {
     assert_eq!(call().await.unwrap().status(), 200);
     let o = p.cli(&["credential", "remove", "gh", "--cascade"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("with its 1 connection(s)"));
     within(Duration::from_secs(1), || async {
         call().await.unwrap().status() == 404
     })
@@ -433,6 +491,45 @@ fn errors_are_json_with_json_and_never_echo_a_pasted_secret() {
         );
         assert!(all.contains("name of an environment variable"), "{all}");
     }
+    // A short one too, and one shaped like a lower-case variable name.
+    for (flag, value) in [
+        ("--secret-env", "hunter2pass"),
+        ("--secret-stdin", "hunter2pass"),
+    ] {
+        let o = cli(
+            d,
+            &[
+                "credential",
+                "add",
+                "gh",
+                "--upstream",
+                "https://a.example",
+                flag,
+                value,
+            ],
+        );
+        assert!(!o.status.success());
+        assert!(!stderr(&o).contains(value), "{flag}: {}", stderr(&o));
+    }
+    // A secret in an upstream URL's query is refused, and not echoed.
+    let o = cli(
+        d,
+        &[
+            "credential",
+            "add",
+            "q",
+            "--upstream",
+            "https://a.example/mcp?api_key=hunter2pass",
+            "--secret-env",
+            "TEST_SECRET",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("names a credential") && !err.contains("hunter2pass"),
+        "{err}"
+    );
     // Pasted where no value belongs: the parser's complaint hides it.
     for json in [false, true] {
         let mut args = vec!["credential", "add", "gh", "--upstream", "https://a.example"];
