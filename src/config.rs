@@ -21,6 +21,8 @@ pub const DEFAULT_TOOLS_LIST_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// The default for `--max-pending-approvals`: more calls than a person
 /// reviews at one sitting, far fewer than would bury the console.
 pub const DEFAULT_MAX_PENDING_APPROVALS: u32 = 50;
+/// The default for `--approval-ttl` (see `authz::approvals::DEFAULT_TTL`).
+pub const DEFAULT_APPROVAL_TTL: &str = "24h";
 
 /// A setting that cannot be used, named by its flag.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -33,6 +35,11 @@ pub enum ConfigError {
     Zero(&'static str),
     #[error("--authorizer-url {0:?} is not an absolute http(s) URL")]
     AuthorizerUrl(String),
+    #[error("--approval-ttl {0:?}: give a number and a unit: 30m, 24h, 7d")]
+    ApprovalTtl(String),
+    /// The URL is not echoed: a webhook URL often carries a secret.
+    #[error("--approval-webhook is not an absolute http(s) URL with a host")]
+    ApprovalWebhook,
     #[error("--authorizer-failure {0:?}: use deny or ask")]
     AuthorizerFailure(String),
     #[error("--caller-rate {0} must be a number of requests per second, 0 or more")]
@@ -156,6 +163,13 @@ pub struct ServeConfig {
     /// Approvals one caller may have pending; a call that would add one
     /// more is refused (429). 0: no limit.
     pub max_pending_approvals: u32,
+    /// How long a pending approval waits for a person before it expires.
+    pub approval_ttl: Duration,
+    /// How long a held call waits for a decision before it is answered
+    /// "pending" (zero: it is answered at once).
+    pub approval_wait: Duration,
+    /// Where each new pending approval is posted (`--approval-webhook`).
+    pub approval_webhook: Option<Url>,
     /// The largest `tools/list` answer tessera parses to filter (502 above).
     pub tools_list_max_bytes: usize,
     /// An OAuth token is refreshed when it expires within this.
@@ -297,6 +311,20 @@ pub struct RawServe {
     /// that would wait beyond that is refused (429). 0: no limit.
     #[arg(long, env = "TESSERA_MAX_PENDING_APPROVALS", default_value_t = DEFAULT_MAX_PENDING_APPROVALS)]
     pub max_pending_approvals: u32,
+    /// How long a pending approval waits for a person before it expires
+    /// and can no longer be granted: 30m, 24h, 7d.
+    #[arg(long, env = "TESSERA_APPROVAL_TTL", default_value = DEFAULT_APPROVAL_TTL)]
+    pub approval_ttl: String,
+    /// How long a held call waits for a person's decision before it is
+    /// answered "pending" (0: at once). A grant within the wait runs the
+    /// call; a denial is answered.
+    #[arg(long, env = "TESSERA_APPROVAL_WAIT_MS", default_value_t = 0)]
+    pub approval_wait_ms: u64,
+    /// Post each new pending approval as JSON to this URL (Slack-compatible
+    /// `text` plus structured fields). The upstream SSRF rule applies to it
+    /// unless --allow-private-upstreams.
+    #[arg(long, env = "TESSERA_APPROVAL_WEBHOOK")]
+    pub approval_webhook: Option<String>,
     /// The largest tools/list answer tessera reads to filter it (502 above).
     #[arg(long, env = "TESSERA_TOOLS_LIST_MAX_BYTES", default_value_t = DEFAULT_TOOLS_LIST_MAX_BYTES)]
     pub tools_list_max_bytes: usize,
@@ -527,6 +555,19 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         db_timeout: ms(raw.db_timeout_ms, "--db-timeout-ms")?,
         authorizer,
         max_pending_approvals: raw.max_pending_approvals,
+        approval_ttl: crate::audit::parse_since(&raw.approval_ttl)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| ConfigError::ApprovalTtl(raw.approval_ttl.clone()))?,
+        approval_wait: Duration::from_millis(raw.approval_wait_ms),
+        approval_webhook: match raw.approval_webhook.as_deref() {
+            None | Some("") => None,
+            Some(u) => Some(
+                Url::parse(u)
+                    .ok()
+                    .filter(|x| matches!(x.scheme(), "http" | "https") && x.host().is_some())
+                    .ok_or(ConfigError::ApprovalWebhook)?,
+            ),
+        },
         tools_list_max_bytes: raw.tools_list_max_bytes,
         token_margin: Duration::from_secs(raw.token_margin_s),
         token_timeout: ms(raw.token_timeout_ms, "--token-timeout-ms")?,
@@ -577,6 +618,9 @@ impl RawServe {
             authorizer_timeout_ms: DEFAULT_AUTHORIZER_TIMEOUT_MS,
             authorizer_failure: DEFAULT_AUTHORIZER_FAILURE.into(),
             max_pending_approvals: DEFAULT_MAX_PENDING_APPROVALS,
+            approval_ttl: DEFAULT_APPROVAL_TTL.into(),
+            approval_wait_ms: 0,
+            approval_webhook: None,
             tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
             token_margin_s: DEFAULT_TOKEN_MARGIN_S,
             token_timeout_ms: DEFAULT_TOKEN_TIMEOUT_MS,

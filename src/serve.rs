@@ -164,6 +164,7 @@ async fn serve_admin(
         })?;
     if let Ok(a) = listener.local_addr() {
         tracing::info!(admin_listen = %a, "admin API serving");
+        state.approvals.console_at(a);
     }
     let app = crate::admin::api::router(state.clone());
     tokio::spawn(async move {

@@ -43,6 +43,8 @@ pub struct State {
     pub(crate) public_host: String,
     /// The store's policy epoch (`tessera policy reload`).
     policy_epoch: tokio::sync::watch::Receiver<i64>,
+    /// Held calls waiting for a decision, and the approval webhook.
+    pub approvals: crate::authz::approvals::Hub,
 }
 
 impl State {
@@ -55,6 +57,7 @@ impl State {
     ) -> Result<(Arc<State>, JoinHandle<()>), StoreError> {
         let key = Arc::new(key);
         let snap = Snapshot::load(&store, &key, policies.schema()).await?;
+        let snap_revision = snap.revision;
         let authorizer = Arc::new(CedarAuthorizer::new(policies));
         let (audit, _writer) = Audit::start(store.clone(), config.audit_queue, config.db_timeout);
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
@@ -67,6 +70,7 @@ impl State {
         }
         let (policy_epoch, epoch_rx) =
             tokio::sync::watch::channel(store.revision().await?.policies);
+        let (swapped, changes) = tokio::sync::watch::channel(snap_revision);
         let refresher = tokio::spawn(refresh_loop(
             store.clone(),
             key.clone(),
@@ -77,6 +81,7 @@ impl State {
                 wake,
                 policy_epoch,
                 db_timeout: config.db_timeout,
+                swapped,
             },
         ));
         let public_host = config
@@ -84,13 +89,17 @@ impl State {
             .host_str()
             .unwrap_or_default()
             .to_ascii_lowercase();
+        let client = crate::upstream::client_with_roots(
+            config.connect_timeout,
+            config.idle_timeout,
+            config.egress,
+            (*config.upstream_roots).clone(),
+        );
+        let approvals =
+            crate::authz::approvals::Hub::start(changes, config.approval_webhook.clone(), &client);
         let state = State {
-            client: crate::upstream::client_with_roots(
-                config.connect_timeout,
-                config.idle_timeout,
-                config.egress,
-                (*config.upstream_roots).clone(),
-            ),
+            client,
+            approvals,
             authorizer,
             audit,
             external: config.authorizer.clone().map(|a| {

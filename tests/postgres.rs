@@ -7,6 +7,8 @@
 
 #[path = "it/admin_api.rs"]
 mod admin_api;
+#[path = "it/approval_loop.rs"]
+mod approval_loop;
 #[path = "it/approvals.rs"]
 mod approvals;
 #[path = "it/attack.rs"]

@@ -103,6 +103,7 @@ impl From<AdminError> for ApiError {
             | A::BadTtl(_)
             | A::BadUses(_)
             | A::BadScheme(_)
+            | A::BadRole(_)
             | A::NotForScheme(..)
             | A::NothingToChange
             | A::Refused(_)
@@ -291,6 +292,71 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// Every operation behind a token may answer 403 (a token whose role does
+/// not allow it); the operations an `approver` token may use say so.
+struct Roles;
+
+impl utoipa::Modify for Roles {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, ResponseBuilder};
+        let forbidden = ResponseBuilder::new()
+            .description("This admin token's role does not allow it (an approver token may only list, show and decide approvals and read the audit trail)")
+            .content(
+                "application/json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(utoipa::openapi::Ref::from_schema_name("ApiError")))
+                    .build(),
+            )
+            .build();
+        for (path, item) in api.paths.paths.iter_mut() {
+            let ops = [
+                (http::Method::GET, item.get.as_mut()),
+                (http::Method::POST, item.post.as_mut()),
+                (http::Method::PUT, item.put.as_mut()),
+                (http::Method::PATCH, item.patch.as_mut()),
+                (http::Method::DELETE, item.delete.as_mut()),
+            ];
+            for (method, op) in ops {
+                let Some(op) = op else { continue };
+                if !op.responses.responses.contains_key("401") {
+                    continue;
+                }
+                op.responses
+                    .responses
+                    .insert("403".into(), RefOr::T(forbidden.clone()));
+                let roles = if approver_may(&method, path) {
+                    "Roles: admin, approver."
+                } else {
+                    "Roles: admin."
+                };
+                op.description = Some(match op.description.take() {
+                    Some(d) if !d.is_empty() => format!("{d}\n\n{roles}"),
+                    _ => roles.to_string(),
+                });
+            }
+        }
+    }
+}
+
+/// Whether an `approver` token may call `method` on `path` (a concrete
+/// path, or the document's template): the approvals (list, show, grant,
+/// deny, revoke) and the decision audit trail, nothing else.
+fn approver_may(method: &http::Method, path: &str) -> bool {
+    let rest = path.strip_prefix("/v1/");
+    match (method, rest) {
+        (&http::Method::GET, Some("approvals" | "audit")) => true,
+        (m, Some(rest)) => match rest.strip_prefix("approvals/") {
+            Some(tail) => match tail.split_once('/') {
+                None => m == http::Method::GET,
+                Some((_, "grant" | "deny" | "revoke")) => m == http::Method::POST,
+                Some(_) => false,
+            },
+            None => false,
+        },
+        _ => false,
+    }
+}
+
 /// The admin router and its OpenAPI document, built from the same list of
 /// handlers.
 /// The document with each operation's parameters declared once: utoipa
@@ -342,8 +408,10 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(list_connections, add_connection))
         .routes(routes!(revoke_connection))
         .routes(routes!(list_approvals))
+        .routes(routes!(show_approval))
         .routes(routes!(grant_approval))
         .routes(routes!(deny_approval))
+        .routes(routes!(revoke_approval))
         .routes(routes!(query_audit))
         .routes(routes!(admin_audit))
         .routes(routes!(policies_in_force))
@@ -357,7 +425,10 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .split_for_parts();
-    let doc = Arc::new(one_parameter_each(doc));
+    let mut doc = one_parameter_each(doc);
+    // On the whole document: the paths exist only now.
+    utoipa::Modify::modify(&Roles, &mut doc);
+    let doc = Arc::new(doc);
     v1.route(
         "/openapi.json",
         axum::routing::get(move || {
@@ -393,10 +464,19 @@ async fn authenticate(
     };
     match state
         .store
-        .admin_token_by_digest(&token_digest(token.as_bytes()))
+        .admin_token_role(&token_digest(token.as_bytes()))
         .await
     {
-        Ok(Some(name)) => {
+        Ok(Some((name, role))) => {
+            if role != service::Role::Admin.as_str()
+                && !approver_may(req.method(), req.uri().path())
+            {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!("admin token {name:?} has the role {role:?}, which may only list, show and decide approvals and read the audit trail"),
+                )
+                .into_response();
+            }
             req.extensions_mut().insert(Admin(name));
             next.run(req).await
         }
@@ -906,14 +986,45 @@ async fn list_approvals(
 ) -> ApiResult<Json<Vec<Approval>>> {
     let limit = page_size(q.limit)?;
     Ok(Json(
-        s.store
-            .approvals_page(q.all, q.before.as_deref(), limit)
-            .await
-            .map_err(AdminError::from)?,
+        service::approvals(
+            &s.store,
+            service::Reveal {
+                key: Some(s.master_key()),
+                snapshot: Some(&s.snapshot.load()),
+            },
+            q.all,
+            q.before.as_deref(),
+            limit,
+        )
+        .await?,
     ))
 }
 
-/// Allow the held call (same tool, params, sub-path, query and session) to run.
+/// One approval, whatever its state: the held call (its complete params,
+/// opened from the sealed copy), the id the model quotes, who decided and
+/// when.
+#[utoipa::path(get, path = "/v1/approvals/{id}", tag = "approvals", params(IdPath),
+    responses((status = 200, body = Approval), (status = 404, body = ApiError), (status = 401, body = ApiError)))]
+async fn show_approval(
+    AxState(s): AxState<Arc<State>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Approval>> {
+    Ok(Json(
+        service::approval(
+            &s.store,
+            service::Reveal {
+                key: Some(s.master_key()),
+                snapshot: Some(&s.snapshot.load()),
+            },
+            &id,
+        )
+        .await?,
+    ))
+}
+
+/// Allow the held call (same tool, params, sub-path, query and session) to
+/// run. 409 unless the approval is pending (a denial stands; an expired,
+/// used or revoked one is final).
 #[utoipa::path(post, path = "/v1/approvals/{id}/grant", tag = "approvals",
     params(IdPath), request_body(content = Option<GrantBody>),
     responses((status = 400, body = ApiError), (status = 415, body = ApiError), (status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
@@ -945,7 +1056,8 @@ async fn grant_approval(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Refuse the held call; the denial stands.
+/// Refuse a pending call (the denial stands), or revoke a live grant. 409
+/// when its state allows neither (denied, used, expired, revoked).
 #[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals", params(IdPath),
     responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
         (status = 401, body = ApiError)))]
@@ -956,6 +1068,22 @@ async fn deny_approval(
 ) -> ApiResult<StatusCode> {
     service::Admin::new(&s.store, &actor)
         .approval_deny(&id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// End a live grant. 409 unless the approval is granted and not used up
+/// or expired.
+#[utoipa::path(post, path = "/v1/approvals/{id}/revoke", tag = "approvals", params(IdPath),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn revoke_approval(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    service::Admin::new(&s.store, &actor)
+        .approval_revoke(&id)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

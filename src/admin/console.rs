@@ -109,6 +109,11 @@ impl Console {
     /// The session this request's cookie names, if it is live and its
     /// admin token still is.
     async fn session(&self, headers: &HeaderMap) -> Option<(String, String)> {
+        self.signed_in(headers).await.map(|s| (s.admin, s.csrf))
+    }
+
+    /// [`Console::session`] with the admin token's role.
+    async fn signed_in(&self, headers: &HeaderMap) -> Option<SignedIn> {
         let id = cookie(headers)?;
         let (admin, digest, csrf) = {
             let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -117,8 +122,12 @@ impl Console {
             let v = s.get(id)?;
             (v.admin.clone(), v.token_sha256, v.csrf.clone())
         };
-        match self.state.store.admin_token_by_digest(&digest).await {
-            Ok(Some(name)) if name == admin => Some((admin, csrf)),
+        match self.state.store.admin_token_role(&digest).await {
+            Ok(Some((name, role))) if name == admin => Some(SignedIn {
+                admin,
+                csrf,
+                admin_role: role == service::Role::Admin.as_str(),
+            }),
             _ => {
                 self.sessions
                     .lock()
@@ -128,6 +137,15 @@ impl Console {
             }
         }
     }
+}
+
+/// Who is signed in on a request.
+struct SignedIn {
+    admin: String,
+    csrf: String,
+    /// The token's role is `admin`; an `approver` sees the approvals and
+    /// the decision trail only.
+    admin_role: bool,
 }
 
 fn cookie(headers: &HeaderMap) -> Option<&str> {
@@ -294,7 +312,10 @@ async fn decide(
                 .approval_grant(&id, "10m", 1)
                 .await
         }
-        "deny" => service::Admin::new(store, &admin).approval_deny(&id).await,
+        "deny" => service::Admin::new(store, &admin)
+            .approval_deny(&id)
+            .await
+            .map(drop),
         _ => return (StatusCode::NOT_FOUND, "no such decision").into_response(),
     };
     match done {
@@ -351,7 +372,17 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
     } = view;
     let store = &c.state.store;
     let (mut pending, recent) = match (
-        store.approvals_page(false, before, PAGE + 1).await,
+        service::approvals(
+            store,
+            service::Reveal {
+                key: Some(c.state.master_key()),
+                snapshot: Some(&c.state.snapshot.load()),
+            },
+            false,
+            before,
+            PAGE + 1,
+        )
+        .await,
         store
             .audit(&crate::store::model::AuditQuery {
                 quiet: true,
@@ -361,14 +392,10 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             .await,
     ) {
         (Ok(p), Ok(a)) => (p, a),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!(error = %e, "console: the store failed");
-            let body =
-                "<p class=error role=alert>The database is unavailable; reload to try again.</p>";
-            return html(StatusCode::SERVICE_UNAVAILABLE, &layout("Approvals", body));
-        }
+        (Err(e), _) => return unavailable("Approvals", &e),
+        (_, Err(e)) => return unavailable("Approvals", &e),
     };
-    let mut b = nav();
+    let mut b = nav(c.is_admin(admin).await);
     let _ = write!(
         b,
         "<div class=muted>Signed in as <b>{}</b>. \
@@ -388,7 +415,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         b.push_str("<p id=none>No calls are waiting for approval.</p>");
     } else {
         b.push_str(
-            "<table id=pending><tr><th>Asked</th><th>Caller</th><th>Connection</th><th>Method</th>\
+            "<table id=pending><tr><th>Approval</th><th>Asked</th><th>Expires</th><th>Caller</th><th>Connection</th><th>Method</th>\
              <th>Tool</th><th>Path and query</th><th>Session</th><th>Params</th><th>Why</th><th></th></tr>",
         );
         for a in &pending {
@@ -420,7 +447,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             let id = esc(&a.id);
             let _ = write!(
                 b,
-                "<tr data-approval=\"{id}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>\
+                "<tr data-approval=\"{id}\"><td><code>{id}</code></td><td>{}</td><td class=expires>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>\
                  <td><b>{}</b></td><td>{target}</td><td>{session}</td><td>{params}</td><td>{}</td><td class=actions>\
                  <form class=inline method=post action=\"/ui/approvals/{id}/grant\">\
                  <input type=hidden name=csrf value=\"{csrf}\"><button type=submit class=grant>Grant</button></form> \
@@ -428,6 +455,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
                  <input type=hidden name=csrf value=\"{csrf}\"><button type=submit class=deny>Deny</button></form>\
                  </td></tr>",
                 time(a.created_at),
+                a.expires_at.map_or_else(|| "-".to_string(), time),
                 esc(&a.key.caller),
                 esc(&a.key.connection.chars().take(8).collect::<String>()),
                 esc(&a.key.rpc_method),
@@ -467,12 +495,34 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
     html(status, &layout_head("Approvals", &head, &b))
 }
 
-/// Links to the console's pages.
-fn nav() -> String {
-    "<nav><a href=\"/ui\">Approvals</a> · <a href=\"/ui/decisions\">Decisions</a> · \
-     <a href=\"/ui/credentials\">Credentials</a> · <a href=\"/ui/callers\">Callers</a> · \
-     <a href=\"/ui/connections\">Connections</a></nav>"
-        .to_string()
+/// Links to the console's pages: the credential, caller and connection
+/// pages only for an admin token (an approver sees approvals and the
+/// decision trail).
+fn nav(admin_role: bool) -> String {
+    let mut n = String::from(
+        "<nav><a href=\"/ui\">Approvals</a> · <a href=\"/ui/decisions\">Decisions</a>",
+    );
+    if admin_role {
+        n.push_str(
+            " · <a href=\"/ui/credentials\">Credentials</a> · <a href=\"/ui/callers\">Callers</a> · \
+             <a href=\"/ui/connections\">Connections</a>",
+        );
+    }
+    n.push_str("</nav>");
+    n
+}
+
+impl Console {
+    /// Whether the admin token named `admin` has the admin role.
+    async fn is_admin(&self, admin: &str) -> bool {
+        self.state
+            .store
+            .admin_tokens()
+            .await
+            .ok()
+            .and_then(|t| t.into_iter().find(|t| t.name == admin))
+            .is_some_and(|t| t.role == service::Role::Admin.as_str())
+    }
 }
 
 /// Audit records as a table, in the order given.
@@ -518,9 +568,9 @@ async fn decisions_page(
     headers: HeaderMap,
     Query(q): Query<DecisionsQuery>,
 ) -> Response {
-    if c.session(&headers).await.is_none() {
+    let Some(who) = c.signed_in(&headers).await else {
         return Redirect::to("/ui/login").into_response();
-    }
+    };
     let caller = q.caller.filter(|s| !s.trim().is_empty());
     let all = q.all.is_some();
     let query = crate::store::model::AuditQuery {
@@ -539,7 +589,7 @@ async fn decisions_page(
     if older {
         rows.remove(0);
     }
-    let mut b = nav();
+    let mut b = nav(who.admin_role);
     let _ = write!(
         b,
         "<form id=filter method=get action=/ui/decisions>\
@@ -585,14 +635,23 @@ async fn listing(
     title: &str,
     rows: Result<(Vec<&str>, Vec<Vec<String>>), service::AdminError>,
 ) -> Response {
-    if c.session(headers).await.is_none() {
+    let Some(who) = c.signed_in(headers).await else {
         return Redirect::to("/ui/login").into_response();
+    };
+    if !who.admin_role {
+        return html(
+            StatusCode::FORBIDDEN,
+            &layout(
+                "Refused",
+                "<p class=error role=alert>This admin token has the approver role: it sees the approvals and the decision trail only.</p><p><a href=/ui>Approvals</a></p>",
+            ),
+        );
     }
     let (head, rows) = match rows {
         Ok(r) => r,
         Err(e) => return unavailable(title, &e),
     };
-    let mut b = nav();
+    let mut b = nav(true);
     let _ = write!(b, "<table id=listing><tr>");
     for h in head {
         let _ = write!(b, "<th>{}</th>", esc(h));

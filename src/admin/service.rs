@@ -13,6 +13,7 @@ use crate::crypto::tokens::{new_caller_token, new_connection_id, token_digest};
 use crate::store::model::NewCredential;
 use crate::store::model::Scheme;
 use crate::store::model::Sealed;
+use crate::store::model::{Approval, Decision, Status};
 use crate::store::{Store, StoreError};
 
 /// Why an admin command failed: one line a person can act on.
@@ -42,6 +43,8 @@ pub enum AdminError {
     BadTtl(String),
     #[error("invalid uses {0}: a grant allows 1 or more uses")]
     BadUses(i64),
+    #[error("invalid role {0:?}: use admin or approver")]
+    BadRole(String),
     #[error("nothing to change")]
     NothingToChange,
     #[error("{0}")]
@@ -81,6 +84,7 @@ labelled! {
         AdminTokenRevoke => "admin-token.revoke",
         ApprovalGrant => "approval.grant",
         ApprovalDeny => "approval.deny",
+        ApprovalRevoke => "approval.revoke",
         KeyRotate => "key.rotate",
         PolicyReload => "policy.reload",
     }
@@ -263,9 +267,13 @@ impl<'a> Admin<'a> {
         .await
     }
 
-    pub async fn admin_token_add(&self, name: &str) -> Result<SecretString, AdminError> {
+    pub async fn admin_token_add(
+        &self,
+        name: &str,
+        role: Role,
+    ) -> Result<SecretString, AdminError> {
         self.record(Action::AdminTokenAdd, name, async |s| {
-            admin_token_add(s, name).await
+            admin_token_add(s, name, role).await
         })
         .await
     }
@@ -284,9 +292,19 @@ impl<'a> Admin<'a> {
         .await
     }
 
-    pub async fn approval_deny(&self, id: &str) -> Result<(), AdminError> {
+    /// Deny a pending approval, or revoke a live grant: the state it
+    /// moved to (`denied` or `revoked`).
+    pub async fn approval_deny(&self, id: &str) -> Result<Status, AdminError> {
         self.record(Action::ApprovalDeny, id, async |s| {
-            approval_deny(s, id).await
+            approval_decide(s, id, Decision::Deny).await
+        })
+        .await
+    }
+
+    /// End a live grant.
+    pub async fn approval_revoke(&self, id: &str) -> Result<(), AdminError> {
+        self.record(Action::ApprovalRevoke, id, async |s| {
+            approval_decide(s, id, Decision::Revoke).await.map(drop)
         })
         .await
     }
@@ -446,22 +464,99 @@ pub(super) async fn approval_grant(
     }
     let now = crate::telemetry::time::now_ms();
     let until = now.saturating_add(d.as_millis().min(i64::MAX as u128) as i64);
-    Ok(store.grant_approval(id, now, until, uses).await?)
+    store
+        .decide_approval(id, Decision::Grant, now, Some((until, uses)))
+        .await?;
+    Ok(())
 }
 
-pub(super) async fn approval_deny(store: &Store, id: &str) -> Result<(), AdminError> {
+/// Apply a decision as the approval states allow ([`Status::next`]).
+pub(super) async fn approval_decide(
+    store: &Store,
+    id: &str,
+    decision: Decision,
+) -> Result<Status, AdminError> {
     Ok(store
-        .deny_approval(id, crate::telemetry::time::now_ms())
+        .decide_approval(id, decision, crate::telemetry::time::now_ms(), None)
         .await?)
 }
 
-/// Create an admin token for the admin HTTP API; returns it, the only time
-/// it exists in clear (the store keeps its SHA-256).
-pub(super) async fn admin_token_add(store: &Store, name: &str) -> Result<SecretString, AdminError> {
+/// What opens and cleans the held calls an approver is shown: the master
+/// key (`None`, or a key that does not open a call: not shown) and the
+/// snapshot whose connections' redactors take their credentials out.
+#[derive(Clone, Copy, Default)]
+pub struct Reveal<'a> {
+    pub key: Option<&'a MasterKey>,
+    pub snapshot: Option<&'a crate::snapshot::Snapshot>,
+}
+
+/// Approvals as an approver sees them, newest first: each held call's
+/// arguments opened from its sealed copy, the credential redacted.
+pub async fn approvals(
+    store: &Store,
+    with: Reveal<'_>,
+    all: bool,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Approval>, AdminError> {
+    let mut rows = store.approvals_page(all, before, limit).await?;
+    for a in &mut rows {
+        crate::authz::approvals::reveal(with.key, with.snapshot, a);
+    }
+    Ok(rows)
+}
+
+/// One approval, whatever its state, as [`approvals`] shows it.
+pub async fn approval(store: &Store, with: Reveal<'_>, id: &str) -> Result<Approval, AdminError> {
+    let mut a = store.approval(id).await?;
+    crate::authz::approvals::reveal(with.key, with.snapshot, &mut a);
+    Ok(a)
+}
+
+/// What an admin token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// List, show and decide approvals, and read the audit trail.
+    Approver,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Approver => "approver",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = AdminError;
+    fn from_str(s: &str) -> Result<Role, AdminError> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "approver" => Ok(Role::Approver),
+            other => Err(AdminError::BadRole(other.to_string())),
+        }
+    }
+}
+
+/// Create an admin token for the admin HTTP API with `role`; returns it,
+/// the only time it exists in clear (the store keeps its SHA-256).
+pub(super) async fn admin_token_add(
+    store: &Store,
+    name: &str,
+    role: Role,
+) -> Result<SecretString, AdminError> {
     check_name(name)?;
     let token = crate::crypto::tokens::new_admin_token();
     store
-        .add_admin_token(name, &token_digest(token.expose_secret().as_bytes()))
+        .add_admin_token(
+            name,
+            &token_digest(token.expose_secret().as_bytes()),
+            role.as_str(),
+        )
         .await?;
     Ok(token)
 }

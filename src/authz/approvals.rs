@@ -21,9 +21,17 @@
 //! Only held calls touch the database here; allowed and denied requests
 //! never do.
 
-use crate::store::model::{CallKey, NewApproval, Shown, Status};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::crypto::keyring::{MasterKey, SecretString};
+use crate::store::model::{CallKey, NewApproval, Sealed, Shown, Status};
 use crate::store::{Store, StoreError};
 use crate::telemetry::time::now_ms;
+
+/// The default `--approval-ttl`: a pending approval nobody decided within
+/// a day is stale.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// One held call of a request, to settle.
 #[derive(Debug)]
@@ -33,8 +41,9 @@ pub struct Held {
     /// The digest this call had before calls were bound whole
     /// ([`arguments_digest`]), to find the rows recorded then.
     pub legacy_sha256: Option<String>,
-    pub arguments: Option<String>,
     pub reason: Option<String>,
+    /// What the approver is shown; `params` is the complete call, which is
+    /// stored only sealed.
     pub shown: Shown,
 }
 
@@ -68,17 +77,51 @@ pub enum SettleError {
     TooManyPending { pending: i64, max: u32 },
 }
 
-/// Settle the held calls of one request. Grants are used only when every
-/// held call has one (a batch goes through whole or not at all, and a
-/// refused batch spends nothing); otherwise each call without a grant gets
-/// its pending (or standing denied) record. New pending records are made
-/// only when the caller would then have at most `max_pending` (0: no
-/// limit); otherwise none is made and the request is refused.
+/// How held calls are settled: where, with what key the calls are sealed,
+/// the per-caller cap and how long a pending approval lives.
+pub struct Settle<'a> {
+    pub store: &'a Store,
+    /// Seals each new approval's call (`None`: the call is not kept).
+    pub key: Option<&'a MasterKey>,
+    /// `--max-pending-approvals` (0: no limit).
+    pub max_pending: u32,
+    /// `--approval-ttl`.
+    pub ttl: Duration,
+}
+
+/// What [`settle_with`] did: each call's outcome, and which of them are
+/// new pending approvals (to announce).
+#[derive(Debug)]
+pub struct Outcome {
+    pub settled: Vec<Settled>,
+    pub new: Vec<usize>,
+}
+
+/// [`settle_with`] with a call kept unsealed-nowhere (no key) and the
+/// default TTL: for tests and tools that only need the outcome.
 pub async fn settle(
     store: &Store,
     held: &[Held],
     max_pending: u32,
 ) -> Result<Vec<Settled>, SettleError> {
+    let s = Settle {
+        store,
+        key: None,
+        max_pending,
+        ttl: DEFAULT_TTL,
+    };
+    Ok(settle_with(&s, held).await?.settled)
+}
+
+/// Settle the held calls of one request. Grants are used only when every
+/// held call has one (a batch goes through whole or not at all, and a
+/// refused batch spends nothing); otherwise each call without a grant gets
+/// its pending (or standing denied) record. New pending records are made
+/// only when the caller would then have at most `max_pending` (0: no
+/// limit); otherwise none is made and the request is refused. A new
+/// record keeps the complete call sealed and expires after `ttl`.
+pub async fn settle_with(s: &Settle<'_>, held: &[Held]) -> Result<Outcome, SettleError> {
+    let store = s.store;
     let now = now_ms();
     let mut grants = Vec::with_capacity(held.len());
     for h in held {
@@ -92,7 +135,10 @@ pub async fn settle(
             out.push(Settled::Granted(id.clone()));
         }
         if all_taken {
-            return Ok(out);
+            return Ok(Outcome {
+                settled: out,
+                new: Vec::new(),
+            });
         }
         // A concurrent request used a grant up first: fall through and
         // record the call as held again.
@@ -105,9 +151,9 @@ pub async fn settle(
             out.push(Some(Settled::Granted(id)));
             continue;
         }
-        let open = match store.open_approval(&h.key).await? {
+        let open = match store.open_approval(&h.key, now).await? {
             Some(found) => Some(found),
-            None => adopt_legacy(store, h).await?,
+            None => adopt_legacy(s, h, now).await?,
         };
         out.push(match open {
             Some((id, Status::Denied)) => Some(Settled::Denied(id)),
@@ -118,32 +164,95 @@ pub async fn settle(
             }
         });
     }
-    if !new.is_empty() && max_pending > 0 {
+    if !new.is_empty() && s.max_pending > 0 {
         // Counted, then recorded: requests racing past the count can
         // overshoot by at most the caller's requests in flight.
-        let pending = store.pending_approvals_of(&held[new[0]].key.caller).await?;
-        if pending + new.len() as i64 > i64::from(max_pending) {
+        let pending = store
+            .pending_approvals_of(&held[new[0]].key.caller, now)
+            .await?;
+        if pending + new.len() as i64 > i64::from(s.max_pending) {
             return Err(SettleError::TooManyPending {
                 pending,
-                max: max_pending,
+                max: s.max_pending,
             });
         }
     }
-    for i in new {
+    let ttl = i64::try_from(s.ttl.as_millis()).unwrap_or(i64::MAX);
+    let mut created = Vec::new();
+    for &i in &new {
         let h = &held[i];
-        let id = store
+        let id = new_id();
+        let recorded = store
             .add_approval(&NewApproval {
-                id: new_id(),
+                sealed_call: seal_call(s.key, &id, h.shown.params.as_deref()),
+                id,
                 created_at: now,
+                expires_at: now.saturating_add(ttl),
                 key: h.key.clone(),
-                arguments: h.arguments.clone(),
                 reason: h.reason.clone(),
                 shown: h.shown.clone(),
             })
             .await?;
-        out[i] = Some(Settled::Pending(id));
+        out[i] = Some(Settled::Pending(recorded));
+        created.push(i);
     }
-    Ok(out.into_iter().flatten().collect())
+    Ok(Outcome {
+        settled: out.into_iter().flatten().collect(),
+        new: created,
+    })
+}
+
+/// The call's `params` sealed to the approval `id` ([`Sealed::Approval`]).
+fn seal_call(key: Option<&MasterKey>, id: &str, params: Option<&str>) -> Option<Vec<u8>> {
+    let (key, params) = (key?, params?);
+    Some(key.seal(
+        &Sealed::Approval.aad(id),
+        &SecretString::from(params.to_string()),
+    ))
+}
+
+/// The held call an approval keeps, opened: `None` when none was kept or
+/// it does not open with `key` (another master key, a tampered row).
+pub fn open_call(key: &MasterKey, a: &crate::store::model::Approval) -> Option<String> {
+    use crate::crypto::keyring::ExposeSecret;
+    let sealed = a.sealed_call.as_deref()?;
+    key.open(&Sealed::Approval.aad(&a.id), sealed)
+        .ok()
+        .map(|s| s.expose_secret().to_string())
+}
+
+/// Fill in what an approver is shown from the sealed call: `params` (the
+/// complete call) and `arguments` (its `arguments` member, for a tool
+/// call), whatever `--audit-arguments` said. With `snapshot`, the
+/// connection's credential is redacted from both, as from anything else
+/// tessera answers (an agent that somehow learnt it cannot show it to
+/// the approver's screen either).
+pub fn reveal(
+    key: Option<&MasterKey>,
+    snapshot: Option<&crate::snapshot::Snapshot>,
+    a: &mut crate::store::model::Approval,
+) {
+    if let Some(params) = key.and_then(|k| open_call(k, a)) {
+        if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&params) {
+            if let Some(args) = m.get("arguments") {
+                a.arguments = Some(args.to_string());
+            }
+        }
+        a.shown.params = Some(params);
+    }
+    let redactor = snapshot
+        .and_then(|s| s.connections.get(&a.key.connection))
+        .map(|c| c.upstream.redactor());
+    if let Some(r) = redactor {
+        for text in [&mut a.shown.params, &mut a.arguments]
+            .into_iter()
+            .flatten()
+        {
+            if let std::borrow::Cow::Owned(clean) = r.text(text) {
+                *text = clean;
+            }
+        }
+    }
 }
 
 /// The record of this call made before calls were bound whole, found by
@@ -153,7 +262,12 @@ pub async fn settle(
 /// session shown). A grant made then is not used: it was given for any
 /// sub-path, query and session, and for every number its arguments
 /// rounded to, which is what this binding ends; the call waits anew.
-async fn adopt_legacy(store: &Store, h: &Held) -> Result<Option<(String, Status)>, StoreError> {
+async fn adopt_legacy(
+    s: &Settle<'_>,
+    h: &Held,
+    now: i64,
+) -> Result<Option<(String, Status)>, StoreError> {
+    let store = s.store;
     let Some(legacy) = &h.legacy_sha256 else {
         return Ok(None);
     };
@@ -161,16 +275,277 @@ async fn adopt_legacy(store: &Store, h: &Held) -> Result<Option<(String, Status)
         arguments_sha256: legacy.clone(),
         ..h.key.clone()
     };
-    match store.open_approval(&old).await? {
+    match store.open_approval(&old, now).await? {
         Some((id, Status::Pending)) => {
-            if store.rebind_approval(&id, &old, &h.key, &h.shown).await? {
+            let sealed = seal_call(s.key, &id, h.shown.params.as_deref());
+            let shown = Shown {
+                params: None,
+                ..h.shown.clone()
+            };
+            if store
+                .rebind_approval(&id, &old, &h.key, &shown, sealed.as_deref())
+                .await?
+            {
                 return Ok(Some((id, Status::Pending)));
             }
             // Adopted by a concurrent request (for this call or another):
             // whatever holds this call now is found by its own key.
-            store.open_approval(&h.key).await
+            store.open_approval(&h.key, now).await
         }
         other => Ok(other),
+    }
+}
+
+/// The serving process's side of approvals: held calls that wait for a
+/// decision (`--approval-wait-ms`) and announcements of new pending
+/// approvals (`--approval-webhook`).
+pub struct Hub {
+    /// The data revision of the snapshot in force: it moves when the
+    /// store changed, a decision on any replica included (each decision
+    /// moves the revision; Postgres notifies every replica at once, and
+    /// the `--refresh-ms` poll catches the rest).
+    changes: tokio::sync::watch::Receiver<i64>,
+    webhook: Option<tokio::sync::mpsc::Sender<Notice>>,
+    /// Deliveries: (delivered, given up), for tests and operators.
+    delivered: tokio::sync::watch::Sender<(u64, u64)>,
+    /// The console's address, once the admin listener is up.
+    console: OnceLock<String>,
+}
+
+/// New pending approvals queued for the webhook before more are dropped
+/// (a request never waits for a notification).
+const WEBHOOK_QUEUE: usize = 256;
+/// Attempts per notification, the first included.
+const WEBHOOK_TRIES: u32 = 5;
+/// The first retry's delay; each next one doubles it.
+const WEBHOOK_BACKOFF: Duration = Duration::from_millis(250);
+/// The arguments preview's length in characters.
+const PREVIEW_CHARS: usize = 200;
+
+/// One new pending approval, as the webhook posts it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Notice {
+    /// A one-line summary (Slack and compatible receivers show `text`).
+    pub text: String,
+    pub id: String,
+    pub caller: String,
+    pub connection: String,
+    pub rpc_method: String,
+    pub tool: String,
+    /// The start of the call's arguments, with the connection's secrets
+    /// redacted.
+    pub arguments_preview: Option<String>,
+    pub reason: Option<String>,
+    /// Unix milliseconds: when it expires undecided.
+    pub expires_at: i64,
+    /// The console, when the admin listener is known.
+    pub console_url: Option<String>,
+}
+
+impl Hub {
+    /// A hub following `changes`; with a webhook URL, the task that
+    /// delivers notices on `client` (whose egress rule applies).
+    pub fn start(
+        changes: tokio::sync::watch::Receiver<i64>,
+        webhook: Option<url::Url>,
+        client: &crate::upstream::pool::UpstreamClient,
+    ) -> Hub {
+        let (delivered, _) = tokio::sync::watch::channel((0, 0));
+        let webhook = webhook.map(|url| {
+            let (tx, rx) = tokio::sync::mpsc::channel(WEBHOOK_QUEUE);
+            tokio::spawn(deliver(client.clone(), url, rx, delivered.clone()));
+            tx
+        });
+        Hub {
+            changes,
+            webhook,
+            delivered,
+            console: OnceLock::new(),
+        }
+    }
+
+    /// The admin listener is up at `addr`: notices link to its console.
+    pub fn console_at(&self, addr: std::net::SocketAddr) {
+        let _ = self.console.set(format!("http://{addr}/ui"));
+    }
+
+    /// Webhook deliveries so far: (delivered, given up).
+    pub fn deliveries(&self) -> tokio::sync::watch::Receiver<(u64, u64)> {
+        self.delivered.subscribe()
+    }
+
+    fn announce(&self, notice: impl FnOnce(Option<String>) -> Notice) {
+        let Some(tx) = &self.webhook else { return };
+        if tx.try_send(notice(self.console.get().cloned())).is_err() {
+            tracing::warn!("approval webhook queue full: a notification was dropped");
+            self.delivered.send_modify(|d| d.1 += 1);
+        }
+    }
+}
+
+/// Settle a request's held calls for the serving process: record them
+/// (sealed, with `--approval-ttl`), announce new ones to the webhook, and
+/// with `--approval-wait-ms` wait that long for a person's decision,
+/// woken by each change the store reports (never polling), ending early
+/// at shutdown. A grant within the wait is used as on a retry; a denial
+/// is answered; otherwise the calls are still pending.
+pub async fn hold(state: &crate::state::State, held: &[Held]) -> Result<Vec<Settled>, SettleError> {
+    let cfg = &state.config;
+    let s = Settle {
+        store: &state.store,
+        key: Some(state.master_key()),
+        max_pending: cfg.max_pending_approvals,
+        ttl: cfg.approval_ttl,
+    };
+    let once = || async {
+        crate::store::timed(cfg.db_timeout, async { Ok(settle_with(&s, held).await) })
+            .await
+            .map_err(SettleError::Store)
+            .and_then(|r| r)
+    };
+    // Watched from before the first look: a decision made in between is
+    // not missed.
+    let mut changes = state.approvals.changes.clone();
+    changes.mark_unchanged();
+    let draining = state.draining.notified();
+    tokio::pin!(draining);
+    draining.as_mut().enable();
+    let first = once().await?;
+    for &i in &first.new {
+        announce(state, &held[i], first.settled[i].id());
+    }
+    let waits = |s: &[Settled]| {
+        s.iter().any(|s| matches!(s, Settled::Pending(_)))
+            && !s.iter().any(|s| matches!(s, Settled::Denied(_)))
+    };
+    let mut last = first.settled;
+    if cfg.approval_wait.is_zero() || !waits(&last) {
+        return Ok(last);
+    }
+    let deadline = tokio::time::Instant::now() + cfg.approval_wait;
+    loop {
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return Ok(last) },
+            () = tokio::time::sleep_until(deadline) => return Ok(last),
+            () = &mut draining => {
+                tracing::info!("a held call stopped waiting for a decision: shutting down");
+                return Ok(last);
+            }
+        }
+        last = once().await?.settled;
+        if !waits(&last) {
+            return Ok(last);
+        }
+    }
+}
+
+/// Queue the webhook's notice of a new pending approval: its arguments
+/// preview redacted of the connection's secrets before it is cut short
+/// (a secret cut in half would not be recognised).
+fn announce(state: &crate::state::State, h: &Held, id: &str) {
+    state.approvals.announce(|console_url| {
+        let redactor = state
+            .snapshot
+            .load()
+            .connections
+            .get(&h.key.connection)
+            .map(|c| c.upstream.redactor());
+        let preview = h.shown.params.as_deref().map(|p| {
+            let args = serde_json::from_str::<serde_json::Value>(p)
+                .ok()
+                .and_then(|v| v.get("arguments").map(ToString::to_string))
+                .unwrap_or_else(|| p.to_string());
+            let clean = match &redactor {
+                Some(r) => r.text(&args).into_owned(),
+                None => args,
+            };
+            let mut out: String = clean.chars().take(PREVIEW_CHARS).collect();
+            if out.len() < clean.len() {
+                out.push('…');
+            }
+            out
+        });
+        let what = if h.key.tool.is_empty() {
+            h.key.rpc_method.clone()
+        } else {
+            format!("tool {}", h.key.tool)
+        };
+        let short: String = h.key.connection.chars().take(8).collect();
+        let mut text = format!(
+            "tessera: {} asks to run {what} on connection {short} (approval {id}): tessera approval grant {id}",
+            h.key.caller
+        );
+        if let Some(u) = &console_url {
+            text.push_str(&format!(" or {u}"));
+        }
+        Notice {
+            text,
+            id: id.to_string(),
+            caller: h.key.caller.clone(),
+            connection: h.key.connection.clone(),
+            rpc_method: h.key.rpc_method.clone(),
+            tool: h.key.tool.clone(),
+            arguments_preview: preview,
+            reason: h.reason.clone(),
+            expires_at: now_ms()
+                .saturating_add(i64::try_from(state.config.approval_ttl.as_millis()).unwrap_or(i64::MAX)),
+            console_url,
+        }
+    });
+}
+
+/// The webhook task: each notice posted as JSON, retried with exponential
+/// back-off up to [`WEBHOOK_TRIES`] attempts, then given up (logged). A
+/// 2xx answer is delivered.
+async fn deliver(
+    client: crate::upstream::pool::UpstreamClient,
+    url: url::Url,
+    mut rx: tokio::sync::mpsc::Receiver<Notice>,
+    delivered: tokio::sync::watch::Sender<(u64, u64)>,
+) {
+    use bytes::Bytes;
+    use http::{header, HeaderValue, Method, Request};
+    let Ok(uri) = url.as_str().parse::<http::Uri>() else {
+        tracing::error!("the approval webhook URL is not a valid URI");
+        return;
+    };
+    let host = uri
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        .unwrap_or_else(|| HeaderValue::from_static(""));
+    while let Some(n) = rx.recv().await {
+        let body = Bytes::from(serde_json::to_vec(&n).expect("a notice serializes"));
+        let mut ok = false;
+        for attempt in 0..WEBHOOK_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(WEBHOOK_BACKOFF * 2u32.pow(attempt - 1)).await;
+            }
+            let mut r = Request::new(body.clone());
+            *r.method_mut() = Method::POST;
+            *r.uri_mut() = uri.clone();
+            let h = r.headers_mut();
+            h.insert(header::HOST, host.clone());
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            match client.exchange(r, "approval-webhook", 64 * 1024).await {
+                Ok(x) if x.status.is_success() => {
+                    ok = true;
+                    break;
+                }
+                Ok(x) => {
+                    tracing::warn!(approval = %n.id, status = x.status.as_u16(), attempt, "approval webhook refused the notification")
+                }
+                Err(e) => {
+                    tracing::warn!(approval = %n.id, error = %e, attempt, "approval webhook unreachable")
+                }
+            }
+        }
+        if !ok {
+            tracing::warn!(approval = %n.id, "approval webhook: gave up after {WEBHOOK_TRIES} attempts");
+        }
+        delivered.send_modify(|d| if ok { d.0 += 1 } else { d.1 += 1 });
     }
 }
 
@@ -237,13 +612,14 @@ pub fn call_digest(call: &Call<'_>) -> String {
     )
 }
 
-/// What the approver is shown of `call` (the params only when kept).
-pub fn shown(call: &Call<'_>, keep_params: bool) -> Shown {
+/// What the approver is shown of `call`: its `params` as sent (kept only
+/// sealed: [`settle_with`]), whatever `--audit-arguments` says.
+pub fn shown(call: &Call<'_>) -> Shown {
     Shown {
         sub_path: Some(call.sub_path.to_string()),
         query: call.query.map(str::to_string),
         session: Some(session_fingerprint(call.session)),
-        params: call.params.filter(|_| keep_params).map(canonical_params),
+        params: call.params.map(str::to_string),
     }
 }
 

@@ -15,6 +15,10 @@ pub(crate) enum AdminTokenCmd {
     Add {
         /// The token's name, as the admin audit records its actions.
         name: String,
+        /// admin (everything) or approver (list, show and decide
+        /// approvals and read the audit trail, on the API and the console).
+        #[arg(long, default_value = "admin", value_parser = ["admin", "approver"])]
+        role: String,
     },
     /// Revoke an admin token: the admin API refuses it at once.
     Revoke {
@@ -28,14 +32,16 @@ pub(crate) enum AdminTokenCmd {
 pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
     let store = at.store().await?;
     match c {
-        AdminTokenCmd::Add { name } => {
-            let token = Admin::new(&store, CLI).admin_token_add(&name).await?;
+        AdminTokenCmd::Add { name, role } => {
+            let role: tessera::admin::service::Role = role.parse()?;
+            let token = Admin::new(&store, CLI).admin_token_add(&name, role).await?;
             at.say(
                 format!(
-                    "admin token {name} added; it is shown once, below:\n{}",
+                    "admin token {name} ({}) added; it is shown once, below:\n{}",
+                    role.as_str(),
                     token.expose_secret()
                 ),
-                serde_json::json!({"name": name, "token": token.expose_secret()}),
+                serde_json::json!({"name": name, "role": role.as_str(), "token": token.expose_secret()}),
             );
         }
         AdminTokenCmd::Revoke { name } => {
@@ -52,9 +58,9 @@ pub(crate) async fn admin_token(at: &Place, c: AdminTokenCmd) -> Result<()> {
             } else {
                 let table: Vec<Vec<String>> = rows
                     .into_iter()
-                    .map(|r| vec![r.name, live(r.revoked_at).into()])
+                    .map(|r| vec![r.name, r.role, live(r.revoked_at).into()])
                     .collect();
-                print_table(&["NAME", "STATUS"], &table);
+                print_table(&["NAME", "ROLE", "STATUS"], &table);
             }
         }
     }

@@ -4,15 +4,17 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Subcommand;
-use tessera::admin::service::{Admin, CLI};
+use tessera::admin::service::{self, Admin, CLI};
+use tessera::store::model::{Approval, Status};
 
 use super::*;
 
 #[derive(Subcommand)]
 pub(crate) enum ApprovalCmd {
-    /// Pending approvals, newest first (with --all, granted and denied too).
+    /// Pending approvals, newest first (with --all, decided and expired
+    /// ones too).
     List {
-        /// Granted and denied approvals too.
+        /// Every state, not only pending ones.
         #[arg(long)]
         all: bool,
         /// At most this many.
@@ -23,7 +25,14 @@ pub(crate) enum ApprovalCmd {
         #[arg(long)]
         before: Option<String>,
     },
-    /// Allow the held call (same tool, params, sub-path, query and session) to run.
+    /// One approval in full: the held call with its arguments, its state,
+    /// who decided and when.
+    Show {
+        /// The approval's id (the one the held call's answer quotes).
+        id: String,
+    },
+    /// Allow the held call (same tool, params, sub-path, query and session)
+    /// to run. Only a pending approval can be granted.
     Grant {
         /// The approval's id (the one the held call's answer quotes).
         id: String,
@@ -34,51 +43,100 @@ pub(crate) enum ApprovalCmd {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
         uses: i64,
     },
-    /// Refuse the held call; the record stays listed (--all).
+    /// Refuse a pending call (the denial stands and stays listed), or
+    /// revoke a live grant.
     Deny {
+        /// The approval's id.
+        id: String,
+    },
+    /// End a live grant before its TTL or uses run out.
+    Revoke {
         /// The approval's id.
         id: String,
     },
 }
 
+/// A time as a person reads it (UTC, to the second).
+fn when(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    let s = tessera::telemetry::log::rfc3339(t);
+    s.get(..19).map(|s| format!("{s}Z")).unwrap_or(s)
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The call's arguments (a tool call's `arguments`, else its `params`),
+/// cut to `max` characters for a table (`show` prints them whole).
+fn arguments(a: &Approval, max: usize) -> String {
+    let text = a
+        .arguments
+        .as_deref()
+        .or(a.shown.params.as_deref())
+        .unwrap_or("?");
+    let mut out: String = text.chars().take(max).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// Pending: when it expires; granted: when the grant ends; otherwise `-`.
+fn expires(a: &Approval) -> String {
+    match (a.status, a.expires_at) {
+        (Status::Pending | Status::Granted, Some(e)) => when(e),
+        _ => "-".into(),
+    }
+}
+
 pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
-    use tessera::telemetry::time::now_ms;
     let store = at.store().await?;
+    // The held calls are sealed: opened with the master key when there is
+    // one (never created here); without it they show as `?`.
+    let key = tessera::crypto::keyring::MasterKey::load_existing(
+        master_key_setting()?.as_deref(),
+        &at.data_dir,
+    )
+    .ok();
+    // The credentials, to redact from what is shown (as serve does).
+    let snapshot = match &key {
+        Some(k) => {
+            let schema = tessera::authz::cedar::Policies::builtin();
+            tessera::snapshot::Snapshot::load(&store, k, schema.schema())
+                .await
+                .ok()
+        }
+        None => None,
+    };
+    let with = service::Reveal {
+        key: key.as_ref(),
+        snapshot: snapshot.as_ref(),
+    };
     match c {
         ApprovalCmd::List { all, limit, before } => {
-            let rows = store
-                .approvals_page(all, before.as_deref(), limit.max(1))
-                .await?;
+            let rows =
+                service::approvals(&store, with, all, before.as_deref(), limit.max(1)).await?;
             let mut table = Vec::with_capacity(rows.len());
             for a in rows {
                 if at.json {
                     out!("{}", serde_json::to_string(&a)?);
                     continue;
                 }
-                let at = std::time::UNIX_EPOCH + Duration::from_millis(a.created_at.max(0) as u64);
-                let status = match (a.status, a.expires_at, a.uses_left) {
-                    (tessera::store::model::Status::Granted, Some(exp), Some(uses))
-                        if exp <= now_ms() || uses <= 0 =>
-                    {
-                        "spent"
-                    }
-                    (s, _, _) => s.as_str(),
-                };
-                let or_dash = |s: &str| {
-                    if s.is_empty() {
-                        "-".to_string()
-                    } else {
-                        s.to_string()
-                    }
-                };
                 table.push(vec![
-                    a.id,
-                    status.to_string(),
-                    tessera::telemetry::log::rfc3339(at),
-                    a.key.caller,
+                    a.id.clone(),
+                    a.status.as_str().to_string(),
+                    when(a.created_at),
+                    expires(&a),
+                    a.key.caller.clone(),
                     a.key.connection.chars().take(8).collect(),
-                    a.key.rpc_method,
+                    a.key.rpc_method.clone(),
                     or_dash(&a.key.tool),
+                    arguments(&a, 60),
                     // Rows recorded before calls were bound whole: `?`.
                     a.shown.sub_path.as_deref().map_or("?".into(), |p| {
                         or_dash(&match &a.shown.query {
@@ -87,17 +145,68 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                         })
                     }),
                     a.shown.session.as_deref().map_or("?".into(), or_dash),
-                    or_dash(a.key.arguments_sha256.get(..15).unwrap_or_default()),
-                    a.reason.unwrap_or_else(|| "-".into()),
+                    a.decided_by.clone().unwrap_or_else(|| "-".into()),
+                    a.reason.clone().unwrap_or_else(|| "-".into()),
                 ]);
             }
             if !at.json {
                 let head = [
-                    "ID", "STATUS", "ASKED", "CALLER", "CONN", "METHOD", "TOOL", "PATH", "SESSION",
-                    "KEY", "REASON",
+                    "ID", "STATUS", "ASKED", "EXPIRES", "CALLER", "CONN", "METHOD", "TOOL", "ARGS",
+                    "PATH", "SESSION", "BY", "REASON",
                 ];
                 print_table(&head, &table);
             }
+        }
+        ApprovalCmd::Show { id } => {
+            let a = service::approval(&store, with, &id).await?;
+            if at.json {
+                out!("{}", serde_json::to_string_pretty(&a)?);
+                return Ok(());
+            }
+            let mut rows = vec![
+                vec!["id".into(), a.id.clone()],
+                vec!["status".into(), a.status.as_str().into()],
+                vec!["asked".into(), when(a.created_at)],
+                vec!["expires".into(), expires(&a)],
+                vec!["caller".into(), a.key.caller.clone()],
+                vec!["connection".into(), a.key.connection.clone()],
+                vec!["method".into(), a.key.rpc_method.clone()],
+                vec!["tool".into(), or_dash(&a.key.tool)],
+                vec!["arguments".into(), arguments(&a, usize::MAX)],
+                vec![
+                    "params".into(),
+                    a.shown.params.clone().unwrap_or_else(|| "?".into()),
+                ],
+                vec![
+                    "path".into(),
+                    match (&a.shown.sub_path, &a.shown.query) {
+                        (None, _) => "?".into(),
+                        (Some(p), Some(q)) => format!("{p}?{q}"),
+                        (Some(p), None) => or_dash(p),
+                    },
+                ],
+                vec![
+                    "session".into(),
+                    a.shown.session.as_deref().map_or("?".into(), or_dash),
+                ],
+                vec![
+                    "reason".into(),
+                    a.reason.clone().unwrap_or_else(|| "-".into()),
+                ],
+                vec!["key".into(), a.key.arguments_sha256.clone()],
+                vec![
+                    "decided".into(),
+                    match (&a.decided_by, a.decided_at) {
+                        (Some(by), Some(t)) => format!("{} by {by}", when(t)),
+                        (None, Some(t)) => when(t),
+                        _ => "-".into(),
+                    },
+                ],
+            ];
+            if let Some(u) = a.uses_left.filter(|_| a.status == Status::Granted) {
+                rows.push(vec!["uses left".into(), u.to_string()]);
+            }
+            print_table(&["FIELD", "VALUE"], &rows);
         }
         ApprovalCmd::Grant { id, ttl, uses } => {
             Admin::new(&store, CLI)
@@ -112,8 +221,22 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             );
         }
         ApprovalCmd::Deny { id } => {
-            Admin::new(&store, CLI).approval_deny(&id).await?;
-            at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
+            let to = Admin::new(&store, CLI).approval_deny(&id).await?;
+            if to == Status::Revoked {
+                at.say(
+                    format!("revoked the grant {id}"),
+                    serde_json::json!({"revoked": id}),
+                );
+            } else {
+                at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
+            }
+        }
+        ApprovalCmd::Revoke { id } => {
+            Admin::new(&store, CLI).approval_revoke(&id).await?;
+            at.say(
+                format!("revoked the grant {id}"),
+                serde_json::json!({"revoked": id}),
+            );
         }
     }
     Ok(())

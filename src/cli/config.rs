@@ -122,5 +122,12 @@ pub(crate) fn redact_setting(key: &str, value: &str) -> String {
             Err(_) => "(unreadable; not shown)".to_string(),
         };
     }
+    // A webhook URL's path and query are often its secret (Slack's are).
+    if key == "approval-webhook" {
+        return match url::Url::parse(value) {
+            Ok(u) => format!("{}://{}/***", u.scheme(), u.host_str().unwrap_or_default()),
+            Err(_) => "(unreadable; not shown)".to_string(),
+        };
+    }
     tessera::wire::query::shown_str(value)
 }

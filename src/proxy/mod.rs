@@ -372,7 +372,7 @@ async fn proxy(
         access.decisions.clear();
         return Err(ProxyError::AuditUnavailable);
     }
-    bind_held(state, &mut access.decisions, &r.sub_path, &parts, &body);
+    bind_held(&mut access.decisions, &r.sub_path, &parts, &body);
     enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
 
     // Forward: strip, inject, send on the pooled client. An OAuth
@@ -605,13 +605,7 @@ const PENDING_RETRY_AFTER_S: u32 = 60;
 /// Bind each held call to the whole call as it reaches the upstream
 /// (`approvals::Call`: sub-path, query, complete `params`, session). Only
 /// held calls pay for reading their `params` again.
-fn bind_held(
-    state: &State,
-    decided: &mut [Decided],
-    sub_path: &str,
-    parts: &http::request::Parts,
-    body: &[u8],
-) {
+fn bind_held(decided: &mut [Decided], sub_path: &str, parts: &http::request::Parts, body: &[u8]) {
     if !decided.iter().any(|d| matches!(d.verdict, Verdict::Ask(_))) {
         return;
     }
@@ -638,7 +632,7 @@ fn bind_held(
             session: &session,
         };
         d.call_sha256 = Some(approvals::call_digest(&call));
-        d.shown = approvals::shown(&call, state.config.audit_arguments);
+        d.shown = approvals::shown(&call);
     }
 }
 
@@ -692,26 +686,20 @@ async fn enforce(
                     arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
                 },
                 legacy_sha256: d.legacy_sha256.clone(),
-                arguments: d.arguments.clone(),
                 reason: d.verdict.grounds().summary(),
                 shown: d.shown.clone(),
             }
         })
         .collect();
-    let settling = approvals::settle(&state.store, &held, state.config.max_pending_approvals);
-    let settled = crate::store::timed(state.config.db_timeout, async { Ok(settling.await) })
-        .await
-        .map_err(approvals::SettleError::Store)
-        .and_then(|r| r)
-        .map_err(|e| match e {
-            approvals::SettleError::TooManyPending { .. } => {
-                ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)
-            }
-            approvals::SettleError::Store(e) => {
-                tracing::error!(error = %e, "recording an approval request failed");
-                ProxyError::ApprovalUnavailable
-            }
-        })?;
+    let settled = approvals::hold(state, &held).await.map_err(|e| match e {
+        approvals::SettleError::TooManyPending { .. } => {
+            ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)
+        }
+        approvals::SettleError::Store(e) => {
+            tracing::error!(error = %e, "recording an approval request failed");
+            ProxyError::ApprovalUnavailable
+        }
+    })?;
     for (&i, s) in asked.iter().zip(&settled) {
         decided[i].settled = Some(s.clone());
     }

@@ -228,6 +228,9 @@ pub struct Refresh {
     pub policy_epoch: tokio::sync::watch::Sender<i64>,
     /// A read that takes longer has failed (a database that hangs).
     pub db_timeout: Duration,
+    /// Told the revision of each snapshot swapped in (held calls waiting
+    /// for a decision watch it: `authz::approvals::hold`).
+    pub swapped: tokio::sync::watch::Sender<i64>,
 }
 
 /// Read the store's revision (every interval, and when woken) and swap in a
@@ -281,7 +284,9 @@ pub async fn refresh_loop(
         match crate::store::timed(limit, loading).await {
             Ok(s) => {
                 tracing::debug!(revision = s.revision, "snapshot reloaded");
+                let revision = s.revision;
                 shared.store(Arc::new(s));
+                refresh.swapped.send_replace(revision);
             }
             Err(e) => tracing::warn!(error = %e, "reloading failed; serving the last snapshot"),
         }

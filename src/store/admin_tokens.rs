@@ -4,18 +4,22 @@ use super::*;
 
 impl Store {
     /// Store an admin token's digest under its name.
+    /// `role`: `admin` or `approver`.
     pub async fn add_admin_token(
         &self,
         name: &str,
         token_sha256: &[u8; 32],
+        role: &str,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         let r = sqlx::query(
-            "INSERT INTO admin_tokens (name, token_sha256, created_at) VALUES ($1, $2, $3)",
+            "INSERT INTO admin_tokens (name, token_sha256, created_at, role) \
+             VALUES ($1, $2, $3, $4)",
         )
         .bind(name)
         .bind(&token_sha256[..])
         .bind(now())
+        .bind(role)
         .execute(&mut *tx)
         .await;
         match r {
@@ -43,24 +47,37 @@ impl Store {
         &self,
         token_sha256: &[u8; 32],
     ) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT name FROM admin_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL",
+        Ok(self.admin_token_role(token_sha256).await?.map(|(n, _)| n))
+    }
+
+    /// The live admin token with this digest: its name and role (`admin`
+    /// or `approver`).
+    pub async fn admin_token_role(
+        &self,
+        token_sha256: &[u8; 32],
+    ) -> Result<Option<(String, String)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT name, role FROM admin_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL",
         )
         .bind(&token_sha256[..])
         .fetch_optional(&self.pool)
-        .await?)
+        .await?;
+        row.map(|r| Ok((r.try_get("name")?, r.try_get("role")?)))
+            .transpose()
     }
 
     /// Every admin token (names and dates; digests stay in the database).
     pub async fn admin_tokens(&self) -> Result<Vec<AdminTokenRow>, StoreError> {
-        let rows =
-            sqlx::query("SELECT name, created_at, revoked_at FROM admin_tokens ORDER BY name")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT name, role, created_at, revoked_at FROM admin_tokens ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(AdminTokenRow {
                     name: r.try_get("name")?,
+                    role: r.try_get("role")?,
                     created_at: r.try_get("created_at")?,
                     revoked_at: r.try_get("revoked_at")?,
                 })

@@ -1,13 +1,20 @@
 //! Calls held for a person, their grants and denials.
 
 use super::*;
+use model::Decision;
 
 impl Store {
     /// The open record of a call: a pending request, or a denial (which
-    /// stands). `None`: the call needs a new request.
-    pub async fn open_approval(&self, k: &CallKey) -> Result<Option<(String, Status)>, StoreError> {
+    /// stands). `None`: the call needs a new request. A pending request
+    /// that expired (`--approval-ttl`) is marked `expired` here and is no
+    /// longer open.
+    pub async fn open_approval(
+        &self,
+        k: &CallKey,
+        now_ms: i64,
+    ) -> Result<Option<(String, Status)>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, status FROM approvals \
+            "SELECT id, status, expires_at FROM approvals \
              WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
                AND arguments_sha256 = $5 AND status IN ('pending', 'denied') \
              ORDER BY created_at DESC, id LIMIT 1",
@@ -19,11 +26,30 @@ impl Store {
         .bind(&k.arguments_sha256)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| {
-            let status: String = r.try_get("status")?;
-            Ok((r.try_get("id")?, Status::parse(&status)?))
-        })
-        .transpose()
+        let Some(r) = row else { return Ok(None) };
+        let id: String = r.try_get("id")?;
+        let stored = Status::parse(&r.try_get::<String, _>("status")?)?;
+        let expires_at: Option<i64> = r.try_get("expires_at")?;
+        if stored.at(expires_at, None, now_ms) == Status::Expired {
+            self.expire_approval(&id, now_ms).await?;
+            // Whatever else holds this call (a denial) is found anew.
+            return Box::pin(self.open_approval(k, now_ms)).await;
+        }
+        Ok(Some((id, stored)))
+    }
+
+    /// Write `expired` on a pending approval whose time has passed (which
+    /// [`Status::at`] already reads as expired).
+    async fn expire_approval(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE approvals SET status = 'expired' \
+             WHERE id = $1 AND status = 'pending' AND expires_at <= $2",
+        )
+        .bind(id)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// A grant for this call that is still in force at `now_ms`.
@@ -45,11 +71,13 @@ impl Store {
         .await?)
     }
 
-    /// Use a grant once. False when it was used up or expired meanwhile
-    /// (by a concurrent request): the call is then not granted.
+    /// Use a grant once; its last use marks it `used`. False when it was
+    /// used up, expired or revoked meanwhile (by a concurrent request or a
+    /// person): the call is then not granted.
     pub async fn take_grant(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
         let r = sqlx::query(
-            "UPDATE approvals SET uses_left = uses_left - 1 \
+            "UPDATE approvals SET uses_left = uses_left - 1, \
+               status = CASE WHEN uses_left <= 1 THEN 'used' ELSE status END \
              WHERE id = $1 AND status = 'granted' AND expires_at > $2 AND uses_left > 0",
         )
         .bind(id)
@@ -60,12 +88,14 @@ impl Store {
     }
 
     /// Record a pending request for a call, or return the one a concurrent
-    /// request recorded first (one pending request per call).
+    /// request recorded first (one pending request per call). The call's
+    /// `params` are stored only sealed (`a.sealed_call`), never in clear.
     pub async fn add_approval(&self, a: &NewApproval) -> Result<String, StoreError> {
         let r = sqlx::query(
             "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
-             arguments_sha256, arguments, reason, status, sub_path, query, session, params) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $12, $13)",
+             arguments_sha256, reason, status, expires_at, sub_path, query, session, \
+             sealed_call) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11, $12, $13)",
         )
         .bind(&a.id)
         .bind(a.created_at)
@@ -74,17 +104,18 @@ impl Store {
         .bind(&a.key.rpc_method)
         .bind(&a.key.tool)
         .bind(&a.key.arguments_sha256)
-        .bind(&a.arguments)
         .bind(&a.reason)
+        .bind(a.expires_at)
         .bind(&a.shown.sub_path)
         .bind(&a.shown.query)
         .bind(&a.shown.session)
-        .bind(&a.shown.params)
+        .bind(&a.sealed_call)
         .execute(&self.pool)
         .await;
         match r {
             Ok(_) => Ok(a.id.clone()),
-            Err(e) if unique_violation(&e) => match self.open_approval(&a.key).await? {
+            Err(e) if unique_violation(&e) => match self.open_approval(&a.key, a.created_at).await?
+            {
                 Some((id, _)) => Ok(id),
                 None => Err(e.into()),
             },
@@ -94,26 +125,28 @@ impl Store {
 
     /// Rebind a pending approval recorded under an older key (`old`) to
     /// the key `new` of the call now asking, showing what that call is
-    /// (see `approvals::settle`). False when it is no longer pending under
-    /// `old` (a concurrent request adopted it, or a person decided it), or
-    /// when `new` already has a pending approval.
+    /// (see `approvals::settle`) and keeping it sealed (`sealed_call`,
+    /// sealed to `id`). False when it is no longer pending under `old` (a
+    /// concurrent request adopted it, or a person decided it), or when
+    /// `new` already has a pending approval.
     pub async fn rebind_approval(
         &self,
         id: &str,
         old: &CallKey,
         new: &CallKey,
         shown: &Shown,
+        sealed_call: Option<&[u8]>,
     ) -> Result<bool, StoreError> {
         let r = sqlx::query(
             "UPDATE approvals SET arguments_sha256 = $1, sub_path = $2, query = $3, \
-             session = $4, params = COALESCE($5, params) \
+             session = $4, sealed_call = COALESCE($5, sealed_call) \
              WHERE id = $6 AND arguments_sha256 = $7 AND status = 'pending'",
         )
         .bind(&new.arguments_sha256)
         .bind(&shown.sub_path)
         .bind(&shown.query)
         .bind(&shown.session)
-        .bind(&shown.params)
+        .bind(sealed_call)
         .bind(id)
         .bind(&old.arguments_sha256)
         .execute(&self.pool)
@@ -125,13 +158,15 @@ impl Store {
         }
     }
 
-    /// How many approvals of `caller` are pending (one indexed count:
-    /// `approvals_pending_caller`).
-    pub async fn pending_approvals_of(&self, caller: &str) -> Result<i64, StoreError> {
+    /// How many approvals of `caller` are pending and not expired at
+    /// `now_ms` (an indexed count: `approvals_pending_caller`).
+    pub async fn pending_approvals_of(&self, caller: &str, now_ms: i64) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM approvals WHERE caller = $1 AND status = 'pending'",
+            "SELECT COUNT(*) FROM approvals WHERE caller = $1 AND status = 'pending' \
+               AND (expires_at IS NULL OR expires_at > $2)",
         )
         .bind(caller)
+        .bind(now_ms)
         .fetch_one(&self.pool)
         .await?)
     }
@@ -143,64 +178,78 @@ impl Store {
 
     /// A page of [`Store::approvals`]: those listed after the approval
     /// `before` (the last of the previous page: older, or as old with a
-    /// greater id; an unknown id lists none).
+    /// greater id; an unknown id lists none). Pending ones only: those not
+    /// expired.
     pub async fn approvals_page(
         &self,
         all: bool,
         before: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Approval>, StoreError> {
+        let now = now_ms();
         // Keyset paging in the listing's order (created_at descending,
         // then id): stable while approvals are added or decided.
         let query = match before {
             None => sqlx::query(
-                "SELECT * FROM approvals WHERE $1 OR status = 'pending' \
-                 ORDER BY created_at DESC, id LIMIT $2",
-            )
-            .bind(all),
-            Some(before) => sqlx::query(
-                "SELECT a.* FROM approvals a JOIN approvals c ON c.id = $2 \
-                 WHERE ($1 OR a.status = 'pending') \
-                   AND (a.created_at < c.created_at \
-                        OR (a.created_at = c.created_at AND a.id > c.id)) \
-                 ORDER BY a.created_at DESC, a.id LIMIT $3",
+                "SELECT * FROM approvals WHERE $1 OR (status = 'pending' \
+                   AND (expires_at IS NULL OR expires_at > $2)) \
+                 ORDER BY created_at DESC, id LIMIT $3",
             )
             .bind(all)
+            .bind(now),
+            Some(before) => sqlx::query(
+                "SELECT a.* FROM approvals a JOIN approvals c ON c.id = $3 \
+                 WHERE ($1 OR (a.status = 'pending' \
+                        AND (a.expires_at IS NULL OR a.expires_at > $2))) \
+                   AND (a.created_at < c.created_at \
+                        OR (a.created_at = c.created_at AND a.id > c.id)) \
+                 ORDER BY a.created_at DESC, a.id LIMIT $4",
+            )
+            .bind(all)
+            .bind(now)
             .bind(before),
         };
         let rows = query.bind(limit).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| approval_row(r, now)).collect()
+    }
+
+    /// One approval, whatever its state.
+    pub async fn approval(&self, id: &str) -> Result<Approval, StoreError> {
+        let row = sqlx::query("SELECT * FROM approvals WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(r) => approval_row(&r, now_ms()),
+            None => Err(StoreError::NotFound {
+                kind: "approval",
+                name: id.to_string(),
+            }),
+        }
+    }
+
+    /// Every sealed held call, for key rotation (named by approval id).
+    pub(super) async fn sealed_approvals(
+        &self,
+    ) -> Result<Vec<(Sealed, String, Vec<u8>)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, sealed_call FROM approvals WHERE sealed_call IS NOT NULL ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter()
             .map(|r| {
-                let status: String = r.try_get("status")?;
-                Ok(Approval {
-                    id: r.try_get("id")?,
-                    created_at: r.try_get("created_at")?,
-                    key: CallKey {
-                        caller: r.try_get("caller")?,
-                        connection: r.try_get("connection")?,
-                        rpc_method: r.try_get("rpc_method")?,
-                        tool: r.try_get("tool")?,
-                        arguments_sha256: r.try_get("arguments_sha256")?,
-                    },
-                    arguments: r.try_get("arguments")?,
-                    reason: r.try_get("reason")?,
-                    status: Status::parse(&status)?,
-                    decided_at: r.try_get("decided_at")?,
-                    expires_at: r.try_get("expires_at")?,
-                    uses_left: r.try_get("uses_left")?,
-                    shown: Shown {
-                        sub_path: r.try_get("sub_path")?,
-                        query: r.try_get("query")?,
-                        session: r.try_get("session")?,
-                        params: r.try_get("params")?,
-                    },
-                })
+                Ok((
+                    Sealed::Approval,
+                    r.try_get("id")?,
+                    r.try_get("sealed_call")?,
+                ))
             })
             .collect()
     }
 
-    /// Grant a pending (or denied) approval: its call is allowed `uses`
-    /// times until `expires_at`.
+    /// Grant a pending approval: its call is allowed `uses` times until
+    /// `expires_at`.
     pub async fn grant_approval(
         &self,
         id: &str,
@@ -208,54 +257,118 @@ impl Store {
         expires_at: i64,
         uses: i64,
     ) -> Result<(), StoreError> {
-        self.decide_approval(id, Status::Granted, now_ms, Some(expires_at), Some(uses))
+        self.decide_approval(id, Decision::Grant, now_ms, Some((expires_at, uses)))
             .await
+            .map(drop)
     }
 
-    /// Deny an approval (pending, or a grant not used up: that ends it).
+    /// Deny a pending approval, or revoke a live grant.
     pub async fn deny_approval(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
-        self.decide_approval(id, Status::Denied, now_ms, None, None)
+        self.decide_approval(id, Decision::Deny, now_ms, None)
             .await
+            .map(drop)
     }
 
-    pub(super) async fn decide_approval(
+    /// Apply `decision` to the approval `id` as the transition table
+    /// ([`Status::next`]) allows, recording who decided (the admin action's
+    /// actor) and when; returns the new state. A move the table refuses is
+    /// [`StoreError::Unchanged`] with its reason. The revision moves with
+    /// it, so every serving process (a held call waiting for this decision
+    /// included) learns of it.
+    pub async fn decide_approval(
         &self,
         id: &str,
-        to: Status,
+        decision: Decision,
         now_ms: i64,
-        expires_at: Option<i64>,
-        uses: Option<i64>,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
-        let r = sqlx::query(
-            "UPDATE approvals SET status = $1, decided_at = $2, expires_at = $3, uses_left = $4 \
-             WHERE id = $5 AND status != $6",
-        )
-        .bind(to.as_str())
-        .bind(now_ms)
-        .bind(expires_at)
-        .bind(uses)
-        .bind(id)
-        .bind(to.as_str())
-        .execute(&mut *tx)
-        .await?;
-        if r.rows_affected() == 1 {
-            return self.commit(tx).await;
+        grant: Option<(i64, i64)>,
+    ) -> Result<Status, StoreError> {
+        let by = self.acting.as_ref().map(|a| a.actor.clone());
+        // A concurrent change (a use, another person's decision) makes
+        // the guarded update miss: read again and decide on what is there.
+        for _ in 0..4 {
+            let row =
+                sqlx::query("SELECT status, expires_at, uses_left FROM approvals WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+            let Some(row) = row else {
+                return Err(StoreError::NotFound {
+                    kind: "approval",
+                    name: id.to_string(),
+                });
+            };
+            let stored = Status::parse(&row.try_get::<String, _>("status")?)?;
+            let expires_at: Option<i64> = row.try_get("expires_at")?;
+            let uses_left: Option<i64> = row.try_get("uses_left")?;
+            let now = stored.at(expires_at, uses_left, now_ms);
+            let to = now.next(decision, id).map_err(|r| StoreError::Unchanged {
+                what: r.to_string(),
+            })?;
+            let (new_expires, new_uses) = match to {
+                Status::Granted => match grant {
+                    Some((e, u)) => (Some(e), Some(u)),
+                    None => (expires_at, uses_left),
+                },
+                // A revoked grant keeps its terms, for the record.
+                Status::Revoked => (expires_at, uses_left),
+                _ => (None, None),
+            };
+            let mut tx = self.begin().await?;
+            let r = sqlx::query(
+                "UPDATE approvals SET status = $1, decided_at = $2, decided_by = $3, \
+                   expires_at = $4, uses_left = $5 \
+                 WHERE id = $6 AND status = $7 \
+                   AND (expires_at IS NULL OR expires_at > $2) \
+                   AND (uses_left IS NULL OR uses_left > 0)",
+            )
+            .bind(to.as_str())
+            .bind(now_ms)
+            .bind(&by)
+            .bind(new_expires)
+            .bind(new_uses)
+            .bind(id)
+            .bind(stored.as_str())
+            .execute(&mut *tx)
+            .await?;
+            if r.rows_affected() == 1 {
+                Self::bump(&mut tx).await?;
+                self.commit(tx).await?;
+                return Ok(to);
+            }
         }
-        drop(tx);
-        let exists: Option<String> =
-            sqlx::query_scalar("SELECT status FROM approvals WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Err(match exists {
-            None => StoreError::NotFound {
-                kind: "approval",
-                name: id.to_string(),
-            },
-            Some(_) => StoreError::Unchanged {
-                what: format!("approval {id} is already {}", to.as_str()),
-            },
+        Err(StoreError::Unchanged {
+            what: format!("approval {id} kept changing while it was decided; try again"),
         })
     }
+}
+
+fn approval_row(r: &sqlx::any::AnyRow, now: i64) -> Result<Approval, StoreError> {
+    let status: String = r.try_get("status")?;
+    let expires_at: Option<i64> = r.try_get("expires_at")?;
+    let uses_left: Option<i64> = r.try_get("uses_left")?;
+    Ok(Approval {
+        id: r.try_get("id")?,
+        created_at: r.try_get("created_at")?,
+        key: CallKey {
+            caller: r.try_get("caller")?,
+            connection: r.try_get("connection")?,
+            rpc_method: r.try_get("rpc_method")?,
+            tool: r.try_get("tool")?,
+            arguments_sha256: r.try_get("arguments_sha256")?,
+        },
+        arguments: r.try_get("arguments")?,
+        reason: r.try_get("reason")?,
+        status: Status::parse(&status)?.at(expires_at, uses_left, now),
+        decided_at: r.try_get("decided_at")?,
+        decided_by: r.try_get("decided_by")?,
+        expires_at,
+        uses_left,
+        shown: Shown {
+            sub_path: r.try_get("sub_path")?,
+            query: r.try_get("query")?,
+            session: r.try_get("session")?,
+            params: r.try_get("params")?,
+        },
+        sealed_call: r.try_get("sealed_call")?,
+    })
 }

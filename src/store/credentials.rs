@@ -178,6 +178,7 @@ impl Store {
                 r.try_get("sealed")?,
             ));
         }
+        out.extend(self.sealed_approvals().await?);
         Ok(out)
     }
 
@@ -189,6 +190,7 @@ impl Store {
             let sql = match kind {
                 Sealed::Credential => "UPDATE credentials SET sealed = $1 WHERE name = $2",
                 Sealed::OAuthToken => "UPDATE oauth_tokens SET sealed = $1 WHERE credential = $2",
+                Sealed::Approval => "UPDATE approvals SET sealed_call = $1 WHERE id = $2",
             };
             sqlx::query(sql)
                 .bind(sealed)

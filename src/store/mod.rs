@@ -279,7 +279,7 @@ impl Store {
             }
         };
         let store = Store {
-            pool,
+            pool: pool.clone(),
             backend,
             url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
             acting: None,
@@ -292,6 +292,22 @@ impl Store {
                 })
             }
             r => r?,
+        }
+        if backend == Backend::Sqlite {
+            // A pooled SQLite connection opened before a migration that
+            // rebuilt a table expands `SELECT *` with the old columns and
+            // SQLite re-prepares it with the new ones: sqlx's row then
+            // disagrees with SQLite's (a panic in its worker). Serve from
+            // connections opened after the migrations.
+            let fresh = AnyPoolOptions::new()
+                .max_connections(4)
+                .connect_with((*pool.connect_options()).clone())
+                .await?;
+            pool.close().await;
+            return Ok(Store {
+                pool: fresh,
+                ..store
+            });
         }
         Ok(store)
     }

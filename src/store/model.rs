@@ -43,6 +43,9 @@ pub enum Sealed {
     Credential,
     /// A cached OAuth access token (`oauth_tokens.sealed`).
     OAuthToken,
+    /// A held call's complete `params` (`approvals.sealed_call`), named
+    /// by the approval id.
+    Approval,
 }
 
 impl Sealed {
@@ -51,6 +54,7 @@ impl Sealed {
         match self {
             Sealed::Credential => "credentials",
             Sealed::OAuthToken => "oauth_tokens",
+            Sealed::Approval => "approvals",
         }
     }
 
@@ -59,6 +63,7 @@ impl Sealed {
         match self {
             Sealed::Credential => format!("tessera:credential:{name}"),
             Sealed::OAuthToken => format!("tessera:oauth-token:{name}"),
+            Sealed::Approval => format!("tessera:approval:{name}"),
         }
     }
 }
@@ -78,13 +83,60 @@ pub struct CallKey {
     pub arguments_sha256: String,
 }
 
-/// Where an approval stands.
+/// Where an approval stands. The states and the only moves between them
+/// ([`Status::next`] is the one table of them):
+///
+/// ```text
+/// pending ──grant──▶ granted ──last use──▶ used
+///    │                  │ └────ttl ends──▶ expired
+///    │                  └─────deny/revoke─▶ revoked
+///    ├──deny──▶ denied          (stands: the same call stays refused)
+///    └──ttl ends (--approval-ttl)──▶ expired
+/// ```
+///
+/// `denied`, `used`, `expired` and `revoked` are final: a decision is
+/// never relabelled (a denial stands; a spent grant stays spent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub enum Status {
     Pending,
     Granted,
     Denied,
+    Used,
+    Expired,
+    Revoked,
+}
+
+/// What a person (or time) does to an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// `approval grant`.
+    Grant,
+    /// `approval deny`: of a pending call, a denial; of a live grant, its
+    /// revocation.
+    Deny,
+    /// `approval revoke`: ends a live grant.
+    Revoke,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Grant => "grant",
+            Decision::Deny => "deny",
+            Decision::Revoke => "revoke",
+        }
+    }
+}
+
+/// A decision the approval's state does not allow: the sentence says why
+/// and what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("approval {id} is {from}: {why}")]
+pub struct Refused {
+    pub id: String,
+    pub from: &'static str,
+    pub why: &'static str,
 }
 
 impl Status {
@@ -93,6 +145,57 @@ impl Status {
             Status::Pending => "pending",
             Status::Granted => "granted",
             Status::Denied => "denied",
+            Status::Used => "used",
+            Status::Expired => "expired",
+            Status::Revoked => "revoked",
+        }
+    }
+
+    /// Where an approval stored as `self` stands at `now_ms`: a pending
+    /// request or a grant whose `expires_at` has passed has expired; a
+    /// grant with no use left is used (time moves these; the store writes
+    /// them when it next touches the row).
+    pub fn at(self, expires_at: Option<i64>, uses_left: Option<i64>, now_ms: i64) -> Status {
+        match self {
+            Status::Granted if uses_left.is_some_and(|u| u <= 0) => Status::Used,
+            Status::Pending | Status::Granted if expires_at.is_some_and(|e| e <= now_ms) => {
+                Status::Expired
+            }
+            s => s,
+        }
+    }
+
+    /// The transition table: the state `decision` moves an approval in
+    /// state `self` (as [`Status::at`] gives it) to, or why it may not.
+    pub fn next(self, decision: Decision, id: &str) -> Result<Status, Refused> {
+        use Decision as D;
+        use Status as S;
+        let refuse = |why| {
+            Err(Refused {
+                id: id.to_string(),
+                from: self.as_str(),
+                why,
+            })
+        };
+        match (self, decision) {
+            (S::Pending, D::Grant) => Ok(S::Granted),
+            (S::Pending, D::Deny) => Ok(S::Denied),
+            (S::Granted, D::Deny | D::Revoke) => Ok(S::Revoked),
+            (S::Pending, D::Revoke) => {
+                refuse("nothing was granted to revoke; deny it to refuse the call")
+            }
+            (S::Granted, D::Grant) => refuse("it is already granted"),
+            (S::Denied, D::Grant) => {
+                refuse("a denial stands; the agent's same call stays refused")
+            }
+            (S::Denied, _) => refuse("it is already denied"),
+            (S::Used, _) => refuse(
+                "its grant was used; a decision made is not changed (the call's next try asks anew)",
+            ),
+            (S::Expired, _) => {
+                refuse("it expired before it was decided or used; the call's next try asks anew")
+            }
+            (S::Revoked, _) => refuse("its grant was revoked; that decision is final"),
         }
     }
 
@@ -101,6 +204,9 @@ impl Status {
             "pending" => Status::Pending,
             "granted" => Status::Granted,
             "denied" => Status::Denied,
+            "used" => Status::Used,
+            "expired" => Status::Expired,
+            "revoked" => Status::Revoked,
             other => {
                 return Err(sqlx::Error::Decode(
                     format!("approval status {other:?}").into(),
@@ -128,7 +234,9 @@ pub struct Shown {
     /// The first 12 hex digits of the SHA-256 of the `Mcp-Session-Id` the
     /// caller sent (`""`: none), to tell sessions apart.
     pub session: Option<String>,
-    /// The canonical `params` the key binds, only with `--audit-arguments`.
+    /// The call's complete `params` as sent (opened from the sealed copy;
+    /// absent when it cannot be opened, or on rows recorded before calls
+    /// were kept, which kept it only with `--audit-arguments`).
     pub params: Option<String>,
 }
 
@@ -137,9 +245,11 @@ pub struct Shown {
 pub struct NewApproval {
     pub id: String,
     pub created_at: i64,
+    /// When it expires undecided (`--approval-ttl`), unix milliseconds.
+    pub expires_at: i64,
     pub key: CallKey,
-    /// The arguments themselves, only with `--audit-arguments`.
-    pub arguments: Option<String>,
+    /// The complete `params`, sealed to the approval id ([`Sealed::Approval`]).
+    pub sealed_call: Option<Vec<u8>>,
     /// Why it is held: the `@ask` policies or the authorizer's reason.
     pub reason: Option<String>,
     pub shown: Shown,
@@ -155,14 +265,24 @@ pub struct Approval {
     pub created_at: i64,
     #[serde(flatten)]
     pub key: CallKey,
+    /// A tool call's `arguments` (from the sealed call, opened for the
+    /// approver; on rows recorded before, only with `--audit-arguments`).
     pub arguments: Option<String>,
     pub reason: Option<String>,
+    /// Where it stands now ([`Status::at`]).
     pub status: Status,
     pub decided_at: Option<i64>,
+    /// The admin token's name that decided it, or `cli`.
+    pub decided_by: Option<String>,
+    /// Pending: when it expires undecided; granted: when the grant ends.
     pub expires_at: Option<i64>,
     pub uses_left: Option<i64>,
     #[serde(flatten)]
     pub shown: Shown,
+    /// The sealed call, opened into `shown.params` by whoever holds the
+    /// master key; never listed itself.
+    #[serde(skip)]
+    pub sealed_call: Option<Vec<u8>>,
 }
 
 /// One decision, as stored.
@@ -278,6 +398,8 @@ pub struct NewCredential<'a> {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AdminTokenRow {
     pub name: String,
+    /// `admin` or `approver`.
+    pub role: String,
     /// Unix seconds.
     pub created_at: i64,
     pub revoked_at: Option<i64>,
@@ -317,7 +439,52 @@ pub struct StoredOAuth {
 
 #[cfg(test)]
 mod tests {
-    use super::Sealed;
+    use super::{Decision, Sealed, Status};
+
+    /// The whole transition table: every (state, decision) pair.
+    #[test]
+    fn approval_states_move_only_as_the_table_says() {
+        use Decision::*;
+        use Status::*;
+        let all = [Pending, Granted, Denied, Used, Expired, Revoked];
+        let allowed = [
+            (Pending, Grant, Granted),
+            (Pending, Deny, Denied),
+            (Granted, Deny, Revoked),
+            (Granted, Revoke, Revoked),
+        ];
+        for from in all {
+            for d in [Grant, Deny, Revoke] {
+                let want = allowed
+                    .iter()
+                    .find(|(f, dd, _)| *f == from && *dd == d)
+                    .map(|t| t.2);
+                match (from.next(d, "ap_x"), want) {
+                    (Ok(to), Some(w)) => assert_eq!(to, w),
+                    (Err(e), None) => {
+                        let m = e.to_string();
+                        assert!(
+                            m.starts_with(&format!("approval ap_x is {}: ", from.as_str())),
+                            "{m}"
+                        );
+                    }
+                    (got, want) => panic!("{from:?} {d:?}: {got:?}, want {want:?}"),
+                }
+            }
+        }
+        assert!(Denied
+            .next(Grant, "a")
+            .unwrap_err()
+            .why
+            .contains("a denial stands"));
+        // Time and use move states too.
+        assert_eq!(Pending.at(Some(10), None, 10), Expired);
+        assert_eq!(Pending.at(Some(11), None, 10), Pending);
+        assert_eq!(Granted.at(Some(11), Some(0), 10), Used);
+        assert_eq!(Granted.at(Some(10), Some(1), 10), Expired);
+        assert_eq!(Denied.at(Some(1), None, 10), Denied);
+        assert_eq!(Pending.at(None, None, 10), Pending);
+    }
     use crate::crypto::keyring::{ExposeSecret, MasterKey, SecretString};
 
     #[test]

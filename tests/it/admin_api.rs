@@ -291,7 +291,9 @@ async fn a_held_call_is_granted_through_the_api_and_then_runs() {
     let (_, pending) = call(M::GET, format!("{api}/v1/approvals"), t, None).await;
     assert_eq!(pending, json!([]));
     let (_, all) = call(M::GET, format!("{api}/v1/approvals?all=true"), t, None).await;
-    assert_eq!(all[0]["status"], "granted");
+    // Its one use is spent: the state says so (granted -> used).
+    assert_eq!(all[0]["status"], "used");
+    assert_eq!(all[0]["decided_by"], "approver", "{all}");
 }
 
 #[tokio::test]
@@ -617,6 +619,7 @@ async fn every_admin_action_leaves_its_row() {
     assert!(ran(&["admin-token", "revoke", "other"]).0);
     assert!(!ran(&["approval", "grant", "no-such-approval"]).0);
     assert!(!ran(&["approval", "deny", "no-such-approval"]).0);
+    assert!(!ran(&["approval", "revoke", "no-such-approval"]).0);
     assert!(ran(&["key", "rotate"]).0);
     assert!(ran(&["policy", "reload"]).0);
 
@@ -674,6 +677,11 @@ async fn every_admin_action_leaves_its_row() {
         (
             M::POST,
             "/v1/approvals/no-such-approval/deny".to_string(),
+            None,
+        ),
+        (
+            M::POST,
+            "/v1/approvals/no-such-approval/revoke".to_string(),
             None,
         ),
         (M::POST, "/v1/policies/reload".to_string(), None),

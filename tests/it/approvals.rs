@@ -156,11 +156,12 @@ async fn a_denial_stands_and_stays_listed() {
         .expect(&all);
     assert_eq!(denied["status"], "denied");
     assert_eq!(denied["tool"], "write_file");
-    assert_eq!(
-        denied["arguments"],
-        serde_json::Value::Null,
-        "arguments kept without --audit-arguments"
-    );
+    // The approver sees the call's arguments whatever --audit-arguments
+    // says (that governs the audit trail), and who decided; the store
+    // keeps them only sealed.
+    assert_eq!(denied["arguments"], r#"{"path":"/etc/passwd"}"#, "{denied}");
+    assert_eq!(denied["decided_by"], "cli", "{denied}");
+    assert_no_plaintext(p.dir.path(), &["/etc/passwd", "/etc/shadow"]);
 
     // Deciding twice, or an unknown id, is a clear error.
     let o = p.cli(&["approval", "deny", &id]);
@@ -188,7 +189,6 @@ async fn a_grant_ends_at_its_ttl_and_after_its_uses() {
             }),
         },
         legacy_sha256: None,
-        arguments: None,
         reason: Some("ask-for-writes".into()),
         shown: Default::default(),
     };
@@ -505,7 +505,13 @@ async fn pending_approvals_are_capped_per_caller() {
     // A batch that would add two: refused whole, nothing recorded.
     let (s, v) = post_json(&a, format!("[{},{}]", write(5), write(6))).await;
     assert_eq!(s, 429, "{v}");
-    assert_eq!(p.store().pending_approvals_of("agent").await.unwrap(), 3);
+    assert_eq!(
+        p.store()
+            .pending_approvals_of("agent", tessera::telemetry::time::now_ms())
+            .await
+            .unwrap(),
+        3
+    );
 
     // A call already pending is answered with its approval.
     let (s, v) = post_json(&a, write(2)).await;

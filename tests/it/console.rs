@@ -37,8 +37,7 @@ when { resource.owner == principal && context has tool && (context.tool == "sum"
 #[tokio::test]
 async fn a_person_grants_a_held_call_in_a_real_browser() {
     let (addr, _) = crate::rmcp_peers::rmcp_server().await;
-    let p =
-        Proxy::start_with_policies(Proxy::dir(), |c| c.audit_arguments = true, hold_sum()).await;
+    let p = Proxy::start_with_policies(Proxy::dir(), |_| {}, hold_sum()).await;
     let api = admin_api(&p).await;
     let token = admin_token(&p, "alice");
     let a = p
@@ -60,32 +59,7 @@ async fn a_person_grants_a_held_call_in_a_real_browser() {
     assert!(text.contains("pending"), "{text}");
 
     // The browser: sign in, see the call, screenshot, grant.
-    let setup = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/setup.sh"))
-        .status()
-        .unwrap();
-    assert!(setup.success(), "tests/ui/setup.sh failed");
-    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join(if on_postgres() {
-        "console-postgres.png"
-    } else {
-        "console.png"
-    });
-    let _ = std::fs::remove_file(&shot);
-    let out = tokio::process::Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/console.mjs"))
-        .args([&api, &token, "sum", shot.to_str().unwrap()])
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the browser run failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let (seen, _, shot) = browser("console.mjs", &[&api, &token, "sum"], "console").await;
     assert_eq!(seen["signIn"], format!("{api}/ui/login"));
     let row = seen["rowText"].as_str().unwrap();
     assert!(
@@ -126,6 +100,39 @@ async fn a_person_grants_a_held_call_in_a_real_browser() {
         ),
         ("alice", "approval.grant", "ok")
     );
+}
+
+/// Run `tests/ui/<script>` with `args` and a screenshot path in headless
+/// Chromium (installed first when missing): the JSON line it printed last,
+/// its whole output, and the screenshot (`target/ui-artifacts/<shot>.png`,
+/// `-postgres` on the Postgres leg).
+async fn browser(script: &str, args: &[&str], shot: &str) -> (Value, String, std::path::PathBuf) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let setup = std::process::Command::new("bash")
+        .arg(root.join("tests/ui/setup.sh"))
+        .status()
+        .unwrap();
+    assert!(setup.success(), "tests/ui/setup.sh failed");
+    let artifacts = root.join("target/ui-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let leg = if on_postgres() { "-postgres" } else { "" };
+    let shot = artifacts.join(format!("{shot}{leg}.png"));
+    let _ = std::fs::remove_file(&shot);
+    let out = tokio::process::Command::new("node")
+        .arg(root.join("tests/ui").join(script))
+        .args(args)
+        .arg(&shot)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the browser run failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    (seen, stdout, shot)
 }
 
 /// Sign in over plain HTTP; the session cookie and the page's CSRF token.
@@ -292,7 +299,8 @@ async fn the_console_pages_through_every_pending_approval() {
                     tool: format!("write_{i}"),
                     arguments_sha256: String::new(),
                 },
-                arguments: None,
+                expires_at: i64::MAX,
+                sealed_call: None,
                 reason: None,
                 shown: Default::default(),
             })
@@ -348,4 +356,67 @@ async fn the_console_pages_through_every_pending_approval() {
         seen.extend(page.iter().map(|a| a["id"].as_str().unwrap().to_string()));
     }
     assert_eq!(seen, want);
+}
+
+/// Issue 25: an approver token (`admin-token add NAME --role approver`)
+/// uses the console: the held call with its approval id, expiry and
+/// arguments (opened from the sealed copy, without --audit-arguments), the
+/// decision trail, a grant with one click; the credential, caller and
+/// connection pages are refused. Headless Chromium (tests/ui/approver.mjs),
+/// with a screenshot kept.
+#[tokio::test]
+async fn an_approver_decides_in_the_console_and_nothing_else() {
+    let up = Upstream::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["ask-for-writes"])).await;
+    let api = admin_api(&p).await;
+    let approver = last_line(&p.cli(&["admin-token", "add", "rita", "--role", "approver"]));
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let held = serde_json::json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+        "params": {"name": "write_file", "arguments": {"path": "views-Jw3.txt"}}})
+    .to_string();
+    let (_, v) = post_json(&a, held.clone()).await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    audit_rows(&p).await;
+
+    let (seen, stdout, shot) = browser(
+        "approver.mjs",
+        &[&api, &approver, "write_file"],
+        "console-approver",
+    )
+    .await;
+    let row = seen["rowText"].as_str().unwrap();
+    assert!(
+        row.contains("views-Jw3.txt") && row.contains("ap_"),
+        "{row}"
+    );
+    assert!(
+        seen["expires"].as_str().unwrap().starts_with("20"),
+        "{seen}"
+    );
+    assert_eq!(seen["refresh"], "15");
+    assert_eq!(seen["scripts"], 0, "the page runs no script");
+    let nav = seen["nav"].as_str().unwrap();
+    assert!(
+        nav.contains("Decisions") && !nav.contains("Credentials"),
+        "{nav}"
+    );
+    assert_eq!(seen["credentialsStatus"], 403);
+    assert_eq!(seen["decisionsStatus"], 200);
+    assert!(seen["decisions"].as_str().unwrap().contains("write_file"));
+    assert!(!stdout.contains(SECRET) && !stdout.contains(&a.token));
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 5_000,
+        "screenshot"
+    );
+
+    // The approver's grant runs the call, recorded under rita's name.
+    let (_, v) = post_json(&a, held).await;
+    assert_eq!(v["result"]["echo"], "tools/call", "{v}");
+    let actions = p.store().admin_audit(None, 10).await.unwrap();
+    assert_eq!(
+        (actions[0].actor.as_str(), actions[0].action.as_str()),
+        ("rita", "approval.grant")
+    );
 }

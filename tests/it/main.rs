@@ -2,6 +2,7 @@
 //! real upstream, the real data plane and the real CLI.
 
 mod admin_api;
+mod approval_loop;
 mod approvals;
 mod attack;
 mod audit;
