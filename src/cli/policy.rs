@@ -122,11 +122,11 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 .connections
                 .get(&connection)
                 .with_context(|| format!("no live connection {connection:?}"))?;
-            if conn.caller_id != who.id {
-                bail!(
-                    "connection {connection} belongs to another caller: serve answers 404 before any policy runs"
-                );
-            }
+            // What serve does before any policy: another caller's address
+            // is unknown to this one (404).
+            let not_theirs = (conn.caller_id != who.id).then(|| {
+                format!("connection {connection} belongs to another caller: serve answers 404 before any policy runs")
+            });
             if let Some(a) = arguments.as_deref() {
                 match serde_json::from_str::<serde_json::Value>(a) {
                     Ok(v) if v.is_object() => {}
@@ -177,6 +177,7 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                     "action": tessera::authz::action_name(&http_method, rpc_method),
                     "caller": caller, "connection": connection, "tool": tool,
                     "determined_by": e.policies, "errors": e.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "note": not_theirs,
                 });
                 out!("{v}");
                 return Ok(());
@@ -194,6 +195,9 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
             }
             for err in &e.errors {
                 out!("error: {err}");
+            }
+            if let Some(n) = not_theirs {
+                out!("note: {n}");
             }
         }
     }

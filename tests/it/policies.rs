@@ -161,6 +161,7 @@ async fn groups_from_the_cli_reach_the_policies() {
         out.contains("decision: deny") && out.contains("no policy permits it"),
         "{out}"
     );
+    assert!(out.contains("serve answers 404"), "{out}");
 
     // Group names are checked like caller names.
     let o = cli(d, &["caller", "add", "x", "--group", "a,b"]);
