@@ -203,16 +203,4 @@ async fn write_within(
     }
 }
 
-/// Parse `30s`, `15m`, `1h`, `7d` into a duration.
-pub fn parse_since(s: &str) -> Option<Duration> {
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
-    let n: u64 = n.parse().ok()?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
-        _ => return None,
-    };
-    Some(Duration::from_secs(secs))
-}
+pub use crate::telemetry::time::parse_since;

@@ -555,7 +555,7 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         db_timeout: ms(raw.db_timeout_ms, "--db-timeout-ms")?,
         authorizer,
         max_pending_approvals: raw.max_pending_approvals,
-        approval_ttl: crate::audit::parse_since(&raw.approval_ttl)
+        approval_ttl: crate::telemetry::time::parse_since(&raw.approval_ttl)
             .filter(|d| !d.is_zero())
             .ok_or_else(|| ConfigError::ApprovalTtl(raw.approval_ttl.clone()))?,
         approval_wait: Duration::from_millis(raw.approval_wait_ms),

@@ -501,7 +501,7 @@ pub async fn approvals(
 ) -> Result<Vec<Approval>, AdminError> {
     let mut rows = store.approvals_page(all, before, limit).await?;
     for a in &mut rows {
-        crate::authz::approvals::reveal(with.key, with.snapshot, a);
+        reveal(&with, a);
     }
     Ok(rows)
 }
@@ -509,8 +509,18 @@ pub async fn approvals(
 /// One approval, whatever its state, as [`approvals`] shows it.
 pub async fn approval(store: &Store, with: Reveal<'_>, id: &str) -> Result<Approval, AdminError> {
     let mut a = store.approval(id).await?;
-    crate::authz::approvals::reveal(with.key, with.snapshot, &mut a);
+    reveal(&with, &mut a);
     Ok(a)
+}
+
+/// [`crate::authz::approvals::reveal`] with the redactor of the approval's
+/// connection, from the snapshot.
+fn reveal(with: &Reveal<'_>, a: &mut Approval) {
+    let redactor = with
+        .snapshot
+        .and_then(|s| s.connections.get(&a.key.connection))
+        .map(|c| c.upstream.redactor());
+    crate::authz::approvals::reveal(with.key, redactor.as_deref(), a);
 }
 
 /// What an admin token may do.

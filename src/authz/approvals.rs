@@ -182,6 +182,7 @@ pub async fn settle_with(s: &Settle<'_>, held: &[Held]) -> Result<Outcome, Settl
     for &i in &new {
         let h = &held[i];
         let id = new_id();
+        let mine = id.clone();
         let recorded = store
             .add_approval(&NewApproval {
                 sealed_call: seal_call(s.key, &id, h.shown.params.as_deref()),
@@ -193,8 +194,13 @@ pub async fn settle_with(s: &Settle<'_>, held: &[Held]) -> Result<Outcome, Settl
                 shown: h.shown.clone(),
             })
             .await?;
+        // A concurrent request recorded the same call first: its approval
+        // is this one's, and it was announced there (found by the attack
+        // review: one approval, many notices).
+        if recorded == mine {
+            created.push(i);
+        }
         out[i] = Some(Settled::Pending(recorded));
-        created.push(i);
     }
     Ok(Outcome {
         settled: out.into_iter().flatten().collect(),
@@ -223,13 +229,13 @@ pub fn open_call(key: &MasterKey, a: &crate::store::model::Approval) -> Option<S
 
 /// Fill in what an approver is shown from the sealed call: `params` (the
 /// complete call) and `arguments` (its `arguments` member, for a tool
-/// call), whatever `--audit-arguments` said. With `snapshot`, the
-/// connection's credential is redacted from both, as from anything else
-/// tessera answers (an agent that somehow learnt it cannot show it to
-/// the approver's screen either).
+/// call), whatever `--audit-arguments` said. With `redactor` (the
+/// connection's, from the snapshot), the connection's credential is
+/// redacted from both, as from anything else tessera answers (an agent
+/// that somehow learnt it cannot show it to the approver's screen either).
 pub fn reveal(
     key: Option<&MasterKey>,
-    snapshot: Option<&crate::snapshot::Snapshot>,
+    redactor: Option<&crate::redact::Redactor>,
     a: &mut crate::store::model::Approval,
 ) {
     if let Some(params) = key.and_then(|k| open_call(k, a)) {
@@ -240,14 +246,16 @@ pub fn reveal(
         }
         a.shown.params = Some(params);
     }
-    let redactor = snapshot
-        .and_then(|s| s.connections.get(&a.key.connection))
-        .map(|c| c.upstream.redactor());
     if let Some(r) = redactor {
-        for text in [&mut a.shown.params, &mut a.arguments]
-            .into_iter()
-            .flatten()
-        {
+        // What the agent chose besides the params too: the tool's name,
+        // the sub-path and the query (found by the attack review).
+        let chosen = [
+            &mut a.shown.params,
+            &mut a.arguments,
+            &mut a.shown.sub_path,
+            &mut a.shown.query,
+        ];
+        for text in chosen.into_iter().flatten().chain([&mut a.key.tool]) {
             if let std::borrow::Cow::Owned(clean) = r.text(text) {
                 *text = clean;
             }
@@ -319,8 +327,10 @@ const WEBHOOK_QUEUE: usize = 256;
 const WEBHOOK_TRIES: u32 = 5;
 /// The first retry's delay; each next one doubles it.
 const WEBHOOK_BACKOFF: Duration = Duration::from_millis(250);
+/// How long one delivery attempt may take, connect to answer.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The arguments preview's length in characters.
-const PREVIEW_CHARS: usize = 200;
+pub const PREVIEW_CHARS: usize = 200;
 
 /// One new pending approval, as the webhook posts it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -369,129 +379,26 @@ impl Hub {
         let _ = self.console.set(format!("http://{addr}/ui"));
     }
 
+    /// The store's changes (its data revision), for a held call waiting
+    /// on a decision.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.changes.clone()
+    }
+
     /// Webhook deliveries so far: (delivered, given up).
     pub fn deliveries(&self) -> tokio::sync::watch::Receiver<(u64, u64)> {
         self.delivered.subscribe()
     }
 
-    fn announce(&self, notice: impl FnOnce(Option<String>) -> Notice) {
+    /// Queue a notice (built with the console's link, when known); a full
+    /// queue drops it with a warning.
+    pub fn announce(&self, notice: impl FnOnce(Option<String>) -> Notice) {
         let Some(tx) = &self.webhook else { return };
         if tx.try_send(notice(self.console.get().cloned())).is_err() {
             tracing::warn!("approval webhook queue full: a notification was dropped");
             self.delivered.send_modify(|d| d.1 += 1);
         }
     }
-}
-
-/// Settle a request's held calls for the serving process: record them
-/// (sealed, with `--approval-ttl`), announce new ones to the webhook, and
-/// with `--approval-wait-ms` wait that long for a person's decision,
-/// woken by each change the store reports (never polling), ending early
-/// at shutdown. A grant within the wait is used as on a retry; a denial
-/// is answered; otherwise the calls are still pending.
-pub async fn hold(state: &crate::state::State, held: &[Held]) -> Result<Vec<Settled>, SettleError> {
-    let cfg = &state.config;
-    let s = Settle {
-        store: &state.store,
-        key: Some(state.master_key()),
-        max_pending: cfg.max_pending_approvals,
-        ttl: cfg.approval_ttl,
-    };
-    let once = || async {
-        crate::store::timed(cfg.db_timeout, async { Ok(settle_with(&s, held).await) })
-            .await
-            .map_err(SettleError::Store)
-            .and_then(|r| r)
-    };
-    // Watched from before the first look: a decision made in between is
-    // not missed.
-    let mut changes = state.approvals.changes.clone();
-    changes.mark_unchanged();
-    let draining = state.draining.notified();
-    tokio::pin!(draining);
-    draining.as_mut().enable();
-    let first = once().await?;
-    for &i in &first.new {
-        announce(state, &held[i], first.settled[i].id());
-    }
-    let waits = |s: &[Settled]| {
-        s.iter().any(|s| matches!(s, Settled::Pending(_)))
-            && !s.iter().any(|s| matches!(s, Settled::Denied(_)))
-    };
-    let mut last = first.settled;
-    if cfg.approval_wait.is_zero() || !waits(&last) {
-        return Ok(last);
-    }
-    let deadline = tokio::time::Instant::now() + cfg.approval_wait;
-    loop {
-        tokio::select! {
-            r = changes.changed() => if r.is_err() { return Ok(last) },
-            () = tokio::time::sleep_until(deadline) => return Ok(last),
-            () = &mut draining => {
-                tracing::info!("a held call stopped waiting for a decision: shutting down");
-                return Ok(last);
-            }
-        }
-        last = once().await?.settled;
-        if !waits(&last) {
-            return Ok(last);
-        }
-    }
-}
-
-/// Queue the webhook's notice of a new pending approval: its arguments
-/// preview redacted of the connection's secrets before it is cut short
-/// (a secret cut in half would not be recognised).
-fn announce(state: &crate::state::State, h: &Held, id: &str) {
-    state.approvals.announce(|console_url| {
-        let redactor = state
-            .snapshot
-            .load()
-            .connections
-            .get(&h.key.connection)
-            .map(|c| c.upstream.redactor());
-        let preview = h.shown.params.as_deref().map(|p| {
-            let args = serde_json::from_str::<serde_json::Value>(p)
-                .ok()
-                .and_then(|v| v.get("arguments").map(ToString::to_string))
-                .unwrap_or_else(|| p.to_string());
-            let clean = match &redactor {
-                Some(r) => r.text(&args).into_owned(),
-                None => args,
-            };
-            let mut out: String = clean.chars().take(PREVIEW_CHARS).collect();
-            if out.len() < clean.len() {
-                out.push('…');
-            }
-            out
-        });
-        let what = if h.key.tool.is_empty() {
-            h.key.rpc_method.clone()
-        } else {
-            format!("tool {}", h.key.tool)
-        };
-        let short: String = h.key.connection.chars().take(8).collect();
-        let mut text = format!(
-            "tessera: {} asks to run {what} on connection {short} (approval {id}): tessera approval grant {id}",
-            h.key.caller
-        );
-        if let Some(u) = &console_url {
-            text.push_str(&format!(" or {u}"));
-        }
-        Notice {
-            text,
-            id: id.to_string(),
-            caller: h.key.caller.clone(),
-            connection: h.key.connection.clone(),
-            rpc_method: h.key.rpc_method.clone(),
-            tool: h.key.tool.clone(),
-            arguments_preview: preview,
-            reason: h.reason.clone(),
-            expires_at: now_ms()
-                .saturating_add(i64::try_from(state.config.approval_ttl.as_millis()).unwrap_or(i64::MAX)),
-            console_url,
-        }
-    });
 }
 
 /// The webhook task: each notice posted as JSON, retried with exponential
@@ -529,15 +436,25 @@ async fn deliver(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            match client.exchange(r, "approval-webhook", 64 * 1024).await {
-                Ok(x) if x.status.is_success() => {
+            // One receiver that never answers must not hold every later
+            // notice: an attempt has a deadline (found by the attack review).
+            let sent = tokio::time::timeout(
+                WEBHOOK_TIMEOUT,
+                client.exchange(r, "approval-webhook", 64 * 1024),
+            )
+            .await;
+            match sent {
+                Err(_) => {
+                    tracing::warn!(approval = %n.id, attempt, "approval webhook did not answer within {} s", WEBHOOK_TIMEOUT.as_secs())
+                }
+                Ok(Ok(x)) if x.status.is_success() => {
                     ok = true;
                     break;
                 }
-                Ok(x) => {
+                Ok(Ok(x)) => {
                     tracing::warn!(approval = %n.id, status = x.status.as_u16(), attempt, "approval webhook refused the notification")
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(approval = %n.id, error = %e, attempt, "approval webhook unreachable")
                 }
             }

@@ -155,49 +155,7 @@ pub enum ProxyError {
     },
 }
 
-/// Why a sub-path was refused: each rule is its own refusal reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathRule {
-    Backslash,
-    EncodedSeparator,
-    DoubleEncoding,
-    BadEscape,
-    Parameter,
-    DotSegment,
-    EmptySegment,
-}
-
-impl PathRule {
-    /// The refusal reason (access log, metrics) and the rule's name in
-    /// the answer.
-    pub fn reason(self) -> Reason {
-        match self {
-            PathRule::Backslash => Reason::PathBackslash,
-            PathRule::EncodedSeparator => Reason::PathEncodedSeparator,
-            PathRule::DoubleEncoding => Reason::PathDoubleEncoding,
-            PathRule::BadEscape => Reason::PathBadEscape,
-            PathRule::Parameter => Reason::PathParameter,
-            PathRule::DotSegment => Reason::PathDotSegment,
-            PathRule::EmptySegment => Reason::PathEmptySegment,
-        }
-    }
-
-    fn text(self) -> &'static str {
-        match self {
-            PathRule::Backslash => "the path may not contain a backslash",
-            PathRule::EncodedSeparator => {
-                "the path may not contain an encoded '/' or '\\' (%2F, %5C)"
-            }
-            PathRule::DoubleEncoding => {
-                "the path may not be encoded twice (%25 followed by two hex digits)"
-            }
-            PathRule::BadEscape => "the path has a '%' that is not followed by two hex digits",
-            PathRule::Parameter => "the path may not contain ';' (or %3B) parameters",
-            PathRule::DotSegment => "the path may not contain '.' or '..' segments, encoded or not",
-            PathRule::EmptySegment => "the path may not contain an empty segment ('//')",
-        }
-    }
-}
+pub use crate::proxy::path::PathRule;
 
 /// Which limit a 429 is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

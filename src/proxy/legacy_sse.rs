@@ -37,19 +37,16 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use http::Uri;
 use url::Url;
 
-use crate::crypto::keyring::MasterKey;
 use crate::model::{Caller, Upstream};
-use crate::proxy::error::{PathRule, ProxyError};
-use crate::proxy::route::{is_dot_segment, normalize_sub_path};
+use crate::proxy::path::{is_dot_segment, normalize_sub_path, PathRule};
 use crate::state::State;
 
 /// The sub-path under which announced endpoints live.
 pub const PREFIX: &str = "/~sse/";
 /// 128 bits in unpadded base64url.
-const TAG_LEN: usize = 22;
+pub(crate) const TAG_LEN: usize = 22;
 
 /// Why an announced endpoint was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -83,7 +80,7 @@ pub struct Endpoints {
 }
 
 /// The MAC's message (each part length-prefixed by `MasterKey::mac`).
-fn message<'a>(
+pub(crate) fn message<'a>(
     id: &'a [u8; 8],
     caller: &'a str,
     connection: &'a str,
@@ -178,63 +175,16 @@ fn resolve(upstream: &Url, announced: &str) -> Result<(String, Option<String>), 
     Ok((path.into_owned(), query))
 }
 
-/// For a request to an announced endpoint (`PREFIX` in `sub_path`): the
-/// upstream URI its tag vouches for. `Ok(None)`: not such a request.
-/// A tag that is not this caller's on this connection for this path and
-/// query is an unknown address (404), and so is another method than POST
-/// (the transport POSTs there only).
-pub fn upstream_uri(
-    key: &MasterKey,
-    owner: crate::proxy::session::Owner<'_>,
-    method: &http::Method,
-    upstream: &Url,
-    sub_path: &str,
-    query: Option<&str>,
-) -> Result<Option<Uri>, ProxyError> {
-    let Some(rest) = sub_path.strip_prefix(PREFIX) else {
-        return Ok(None);
-    };
-    if *method != http::Method::POST {
-        return Err(ProxyError::NotFound);
-    }
-    let (tag, path) = match rest.get(..TAG_LEN) {
-        Some(tag) if rest[TAG_LEN..].starts_with('/') => (tag, &rest[TAG_LEN..]),
-        _ => return Err(ProxyError::NotFound),
-    };
-    let tag = URL_SAFE_NO_PAD
-        .decode(tag)
-        .map_err(|_| ProxyError::NotFound)?;
-    let origin = upstream.origin().ascii_serialization();
-    let query = query.filter(|q| !q.is_empty());
-    let id = owner.caller_id.to_be_bytes();
-    let parts = message(
-        &id,
-        owner.caller,
-        owner.connection,
-        &origin,
-        path,
-        query.unwrap_or(""),
-    );
-    if !key.mac_matches(&parts, &tag) {
-        return Err(ProxyError::NotFound);
-    }
-    let mut s = String::with_capacity(origin.len() + path.len() + query.map_or(0, str::len) + 1);
-    s.push_str(&origin);
-    s.push_str(path);
-    if let Some(q) = query {
-        s.push('?');
-        s.push_str(q);
-    }
-    s.parse()
-        .map(Some)
-        .map_err(|_| ProxyError::InvalidRequest("the request path is not a valid URI"))
-}
-
 /// Rewrite one SSE event if it is an `endpoint` event with data.
 /// `Ok(None)`: pass it as it is. The fields are read as an `EventSource`
 /// reads them (the last `event` field names the type; `data` fields are
 /// joined with newlines; a byte-order mark at the start is dropped).
-pub fn rewrite_event(event: &[u8], e: &mut Endpoints) -> Result<Option<Vec<u8>>, EndpointError> {
+/// `Ok(Some((lines, data)))`: the event's lines, and the rewritten
+/// endpoint to put in place of its data (`response::tool_list` writes it).
+pub fn rewrite_event<'a>(
+    event: &'a [u8],
+    e: &mut Endpoints,
+) -> Result<Option<(Vec<&'a str>, String)>, EndpointError> {
     // The type is spelled so in the bytes (SSE has no escapes).
     if memchr::memmem::find(event, b"endpoint").is_none() {
         return Ok(None);
@@ -278,10 +228,7 @@ pub fn rewrite_event(event: &[u8], e: &mut Endpoints) -> Result<Option<Vec<u8>>,
     }
     let new = e.rewrite(&data.join("\n"))?;
     e.announced = true;
-    Ok(Some(crate::proxy::response::tool_list::with_data(
-        &lines,
-        new.as_bytes(),
-    )))
+    Ok(Some((lines, new)))
 }
 
 #[cfg(test)]

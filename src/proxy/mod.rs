@@ -4,14 +4,21 @@
 //! turns the error into the response and one access-log event is written at
 //! the end, errors included.
 
+pub mod announced;
 pub mod authn;
 pub mod body;
 pub mod error;
 pub mod forward;
+pub mod held;
+
+/// The longest tool name forwarded: eight times what the MCP specification
+/// recommends (128 characters), so that no real tool is refused.
+const MAX_TOOL_NAME_BYTES: usize = 1024;
 pub mod jsonrpc;
 pub mod legacy_sse;
 pub mod listener;
 pub mod origin;
+pub mod path;
 pub mod raw_head;
 pub mod response;
 pub mod route;
@@ -263,7 +270,7 @@ async fn proxy(
     // A POST to an endpoint a 2024-11-05 server announced on its stream
     // goes to the path it announced, if it announced it to this caller
     // (`crate::proxy::legacy_sse`); checked before the body is read.
-    let announced = legacy_sse::upstream_uri(
+    let announced = announced::upstream_uri(
         state.master_key(),
         owner,
         &parts.method,
@@ -337,7 +344,11 @@ async fn proxy(
     }
     if let Some(first) = messages.first() {
         access.rpc_method = first.method.as_deref().map(CompactString::from);
-        access.tool = first.tool().map(CompactString::from);
+        // The tool's name is the agent's to choose: logged with the
+        // connection's secret redacted, like anything else tessera writes.
+        access.tool = first
+            .tool()
+            .map(|t| CompactString::from(upstream.redactor().text(t).as_ref()));
     }
     if messages.is_empty() {
         let v = verdict(state, &ask).await;
@@ -346,6 +357,14 @@ async fn proxy(
     for m in messages {
         ask.rpc_method = m.method.as_deref();
         ask.tool = m.tool();
+        // MCP names a tool in at most 128 characters; a name far longer is
+        // no tool, and would be written into every record of the call (the
+        // audit trail, a held call's approval, its notice).
+        if ask.tool.is_some_and(|t| t.len() > MAX_TOOL_NAME_BYTES) {
+            return Err(ProxyError::InvalidRequest(
+                "the tool name is longer than tessera accepts (1,024 bytes)",
+            ));
+        }
         ask.arguments = m.arguments();
         ask.protocol_version = version_header.or_else(|| m.protocol_version());
         let v = verdict(state, &ask).await;
@@ -691,7 +710,7 @@ async fn enforce(
             }
         })
         .collect();
-    let settled = approvals::hold(state, &held).await.map_err(|e| match e {
+    let settled = held::hold(state, &held).await.map_err(|e| match e {
         approvals::SettleError::TooManyPending { .. } => {
             ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)
         }

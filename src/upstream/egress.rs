@@ -58,10 +58,28 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 return is_internal_v4(v4);
             }
             let s = v6.segments();
+            let v4 = |hi: u16, lo: u16| {
+                let [a, b] = hi.to_be_bytes();
+                let [c, d] = lo.to_be_bytes();
+                Ipv4Addr::new(a, b, c, d)
+            };
+            // IPv4 inside IPv6, in each form a host may route: NAT64
+            // (64:ff9b::/96), IPv4-compatible (::a.b.c.d, deprecated but
+            // still accepted by some stacks), 6to4 (2002:AABB:CCDD::/48);
+            // Teredo (2001::/32) and the local-use NAT64 prefix
+            // (64:ff9b:1::/48) are refused whole (found by the attack
+            // review).
             if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4] {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return is_internal_v4(Ipv4Addr::new(a, b, c, d));
+                return is_internal_v4(v4(s[6], s[7]));
+            }
+            if s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1) {
+                return is_internal_v4(v4(s[6], s[7]));
+            }
+            if s[0] == 0x2002 {
+                return is_internal_v4(v4(s[1], s[2]));
+            }
+            if (s[0] == 0x2001 && s[1] == 0) || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) {
+                return true;
             }
             v6.is_loopback()
                 || v6.is_unspecified()
@@ -223,6 +241,12 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "64:ff9b::a00:1",
+            "::127.0.0.1",
+            "::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::",
+            "2001:0:4136:e378::1",
+            "64:ff9b:1::808:808",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
@@ -236,6 +260,9 @@ mod tests {
             "2606:4700::1111",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
+            "::8.8.8.8",
+            "2002:808:808::1",
+            "2001:4860::8888",
         ] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }

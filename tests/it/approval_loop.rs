@@ -763,3 +763,43 @@ async fn the_states_migration_keeps_what_was_recorded() {
     let e = refused(cli(dir.path(), &["approval", "deny", "ap_oldspent0001"]));
     assert!(e.contains("is used"), "{e}");
 }
+
+/// What an agent chose reaches a notice inert and without the credential
+/// (no chat markup, no control or direction characters, the secret
+/// redacted), one approval is announced once however many requests raced
+/// to hold it, the approver's views redact the tool's name too, and a tool
+/// name far beyond MCP's is refused before anything (all found by the
+/// attack review).
+#[tokio::test]
+async fn a_notice_is_inert_redacted_and_sent_once() {
+    let (up, p, a, mut got) = with_webhook(|_| {}).await;
+    let call = |id: u32, tool: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}}})
+        .to_string()
+    };
+    let tool = format!("write_{SECRET} <!channel> <https://evil.example|approve>\n\u{202e}x");
+    let answers =
+        futures_util::future::join_all((0..6).map(|i| post_json(&a, call(i, &tool)))).await;
+    let ids: std::collections::HashSet<String> =
+        answers.iter().map(|(_, v)| approval_in(v)).collect();
+    assert_eq!(ids.len(), 1, "{answers:?}");
+    let id = ids.into_iter().next().unwrap();
+    let n = soon(got.recv()).await.unwrap();
+    assert_eq!(n["id"], id.as_str());
+    assert!(!n.to_string().contains(SECRET), "{n}");
+    let text = n["text"].as_str().unwrap();
+    assert!(
+        !text.contains('<') && !text.contains('\n') && !text.contains('\u{202e}'),
+        "{text}"
+    );
+    // The next notice is another call's: none more for this approval.
+    let (_, v) = post_json(&a, call(9, "write_other")).await;
+    let next = soon(got.recv()).await.unwrap();
+    assert_eq!(next["id"], approval_in(&v).as_str());
+    assert!(!show(&p, &id).to_string().contains(SECRET));
+
+    let (s, v) = post_json(&a, call(10, &"write".repeat(300))).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(up.seen().is_empty());
+}

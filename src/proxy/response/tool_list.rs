@@ -329,8 +329,8 @@ fn rewrite_event(event: &[u8], f: &mut ToolFilter) -> Result<Option<Vec<u8>>, Li
     // An `endpoint` event names a URL, not JSON: rewritten, and nothing
     // else is read of it.
     if let Some(e) = &mut f.endpoints {
-        if let Some(out) = crate::proxy::legacy_sse::rewrite_event(event, e)? {
-            return Ok(Some(out));
+        if let Some((lines, new)) = crate::proxy::legacy_sse::rewrite_event(event, e)? {
+            return Ok(Some(with_data(&lines, new.as_bytes())));
         }
     }
     // A member named `tools` is spelled so in the bytes, or with an
