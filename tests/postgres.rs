@@ -47,6 +47,8 @@ mod forwarding;
 mod hostile;
 #[path = "it/keys.rs"]
 mod keys;
+#[path = "it/learning.rs"]
+mod learning;
 #[path = "it/oauth.rs"]
 mod oauth;
 #[path = "it/policies.rs"]

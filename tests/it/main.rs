@@ -22,6 +22,7 @@ mod first_day;
 mod forwarding;
 mod hostile;
 mod keys;
+mod learning;
 mod oauth;
 mod policies;
 mod pool;

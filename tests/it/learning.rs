@@ -1,0 +1,702 @@
+//! Issue 26, approvals that learn: a permit marked `@ask("learn")` holds
+//! calls like `@ask`, but tessera first predicts whether a person would
+//! approve from the grants and denials people already gave, and allows,
+//! denies or asks by the organization's costs. Real processes and HTTP:
+//! the data plane via `serve::run`, people's answers through the real CLI,
+//! an external predictor listening in the test.
+//!
+//! The costs used here (wrong allow 4, wrong deny 5, ask 1) put the
+//! thresholds at 0.75 (allow) and 0.2 (deny); with a Beta(1,1) prior and
+//! one-sided 95% bounds, 10 grants (and no denial) of one tool and argument
+//! shape allow, 9 do not, 14 (or 13) denials deny, 12 do not.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::support::*;
+
+/// A `tools/call` of `tool` with `arguments`.
+fn call(id: u32, tool: &str, arguments: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}})
+    .to_string()
+}
+
+/// `run_*`'s arguments: one shape ({suite: string}), values told apart by `n`.
+fn suite(n: u32) -> Value {
+    json!({"suite": format!("suite-{n}")})
+}
+
+/// The text of a tool result.
+fn text_of(v: &Value) -> &str {
+    v["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
+
+/// The approval id a held call's text names.
+fn approval_in(v: &Value) -> String {
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let text = text_of(v);
+    let at = text.find("approval ap_").expect(text) + "approval ".len();
+    text[at..at + 15].to_string()
+}
+
+/// Whether a call was answered by a prediction's denial: an error result
+/// that says so and names no approval.
+fn predicted_denial(v: &Value) -> bool {
+    let text = text_of(v);
+    v["result"]["isError"] == true
+        && text.contains("predicted")
+        && text.contains("retry")
+        && !text.contains("approval ap_")
+}
+
+/// `f`, which an event ends, within 10 s (a failure, not a hang).
+async fn soon<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), f)
+        .await
+        .expect("the event did not come within 10 s")
+}
+
+fn ran(v: &Value) -> bool {
+    v["result"]["echo"] == "tools/call"
+}
+
+fn ok(o: std::process::Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The CLI's refusal: it failed, and its stderr.
+fn refused(o: std::process::Output) -> String {
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8(o.stderr).unwrap()
+}
+
+fn show(p: &Proxy, id: &str) -> Value {
+    serde_json::from_str(&ok(p.cli(&["approval", "show", id, "--json"]))).unwrap()
+}
+
+/// Every approval recorded, in any state.
+async fn approvals(p: &Proxy) -> usize {
+    p.store().approvals(true, 1000).await.unwrap().len()
+}
+
+/// The connection id an agent's URL ends with.
+fn connection_of(a: &Agent) -> String {
+    a.url
+        .rsplit("/c/")
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// The test costs: allow above 0.75, deny below 0.2.
+fn test_costs(c: &mut tessera::config::ServeConfig) {
+    c.predict.costs.wrong_allow = 4.0;
+    c.predict.costs.wrong_deny = 5.0;
+    c.predict.costs.ask = 1.0;
+}
+
+/// The same costs as CLI flags.
+const COST_FLAGS: [&str; 6] = [
+    "--cost-wrong-allow",
+    "4",
+    "--cost-wrong-deny",
+    "5",
+    "--cost-ask",
+    "1",
+];
+
+/// A proxy holding `run*` calls with `@ask("learn")`, at the test costs
+/// (then set up further by `tweak`).
+async fn learn_proxy(tweak: impl FnOnce(&mut tessera::config::ServeConfig)) -> Proxy {
+    Proxy::start_with_policies(
+        Proxy::dir(),
+        |c| {
+            test_costs(c);
+            tweak(c);
+        },
+        policies_with(&["learn-from-approvals"]),
+    )
+    .await
+}
+
+/// Calls `tool` with the argument values `ns` (each held for a person,
+/// asserted) and returns their approval ids, in order.
+async fn hold(a: &Agent, tool: &str, ns: std::ops::RangeInclusive<u32>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for n in ns {
+        let (s, v) = post_json(a, call(n, tool, suite(n))).await;
+        assert_eq!(s, 200, "{v}");
+        assert!(!ran(&v), "call {n} of {tool} ran: {v}");
+        ids.push(approval_in(&v));
+    }
+    ids
+}
+
+/// A person answers each approval through the CLI: `grant` or `deny`.
+fn answer(p: &Proxy, ids: &[String], decision: &str) {
+    for id in ids {
+        ok(p.cli(&["approval", decision, id]));
+    }
+}
+
+/// The most recent audit row of `tool`.
+async fn last_row_of(p: &Proxy, tool: &str) -> tessera::store::model::AuditRecord {
+    audit_rows(p)
+        .await
+        .into_iter()
+        .filter(|r| r.tool.as_deref() == Some(tool))
+        .next_back()
+        .unwrap_or_else(|| panic!("no audit row of {tool}"))
+}
+
+#[tokio::test]
+async fn ten_grants_allow_the_next_call_and_nine_do_not() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+
+    // Nine grants of run_tests {suite: string}: the next call still asks.
+    let ids = hold(&a, "run_tests", 1..=9).await;
+    answer(&p, &ids, "grant");
+    let (_, v) = post_json(&a, call(10, "run_tests", suite(10))).await;
+    let tenth = approval_in(&v);
+    assert!(!ids.contains(&tenth));
+    assert_eq!(approvals(&p).await, 10);
+
+    // The tenth grant: a call with new values runs without asking.
+    answer(&p, &[tenth], "grant");
+    let (s, v) = post_json(&a, call(11, "run_tests", json!({"suite": "never-seen"}))).await;
+    assert_eq!(s, 200);
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
+    assert_eq!(up.seen().len(), 1);
+    let forwarded: Value = serde_json::from_slice(&up.seen()[0].body).unwrap();
+    assert_eq!(forwarded["params"]["arguments"]["suite"], "never-seen");
+    assert_eq!(approvals(&p).await, 10, "an approval was created");
+    let pending = ok(p.cli(&["approval", "list", "--json"]));
+    assert!(!pending.contains("never-seen"), "{pending}");
+
+    let row = last_row_of(&p, "run_tests").await;
+    assert_eq!(row.verdict, "allow", "{row:?}");
+    let reason = row.reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("predicted approval"), "{reason}");
+    assert!(
+        reason.contains("10 grants") && reason.contains("0 denials"),
+        "{reason}"
+    );
+    assert!(reason.contains("learn-from-approvals"), "{reason}");
+}
+
+#[tokio::test]
+async fn one_denial_brings_the_next_call_back_to_a_person() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+
+    let ids = hold(&a, "run_tests", 1..=11).await;
+    answer(&p, &ids[..10], "grant");
+    let (_, v) = post_json(&a, call(12, "run_tests", suite(12))).await;
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
+
+    // The 11th is denied: 10 grants and a denial are not enough.
+    answer(&p, &ids[10..], "deny");
+    let (_, v) = post_json(&a, call(13, "run_tests", suite(13))).await;
+    let asked = approval_in(&v);
+    assert_eq!(show(&p, &asked)["status"], "pending");
+    assert!(!ran(&v), "{v}");
+    // A call a person answered follows that answer, whatever the model.
+    let (_, v) = post_json(&a, call(14, "run_tests", suite(11))).await;
+    assert_eq!(approval_in(&v), ids[10]);
+    assert!(text_of(&v).contains("denied"), "{v}");
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn another_tool_still_asks_once_one_is_learned() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
+
+    // run_lint, same shape, same caller: nothing learned of it.
+    let (_, v) = post_json(&a, call(12, "run_lint", suite(12))).await;
+    let id = approval_in(&v);
+    assert_eq!(show(&p, &id)["tool"], "run_lint");
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn other_callers_answers_may_deny_but_never_allow() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let b = p.agent("gh", &up.url("/mcp"), "other").await;
+    assert_ne!(connection_of(&a), connection_of(&b));
+
+    // agent's ten grants of run_tests allow agent, not the other caller.
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
+    let (_, v) = post_json(&b, call(12, "run_tests", suite(12))).await;
+    let id = approval_in(&v);
+    assert_eq!(show(&p, &id)["caller"], "other");
+    assert_eq!(up.seen().len(), 1);
+
+    // agent's fourteen denials of run_build deny the other caller's call.
+    let ids = hold(&a, "run_build", 101..=114).await;
+    answer(&p, &ids, "deny");
+    let before = approvals(&p).await;
+    let (s, v) = post_json(&b, call(115, "run_build", suite(115))).await;
+    assert_eq!(s, 200);
+    assert!(predicted_denial(&v), "{v}");
+    assert_eq!(approvals(&p).await, before, "an approval was created");
+    let row = last_row_of(&p, "run_build").await;
+    assert_eq!((row.caller.as_str(), row.verdict.as_str()), ("other", "deny"));
+    assert!(
+        row.reason.as_deref().unwrap_or("").starts_with("predicted denial"),
+        "{row:?}"
+    );
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_predicted_denial_says_so_and_its_retry_asks_a_person() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_build", 1..=14).await;
+
+    // Twelve denials: not enough to deny (upper bound 0.206).
+    answer(&p, &ids[..12], "deny");
+    let (_, v) = post_json(&a, call(15, "run_build", suite(15))).await;
+    approval_in(&v);
+
+    // Fourteen: denied by prediction, no approval created.
+    answer(&p, &ids[12..], "deny");
+    let before = approvals(&p).await;
+    let (s, v) = post_json(&a, call(16, "run_build", suite(16))).await;
+    assert_eq!(s, 200);
+    assert!(predicted_denial(&v), "{v}");
+    assert_eq!(approvals(&p).await, before, "an approval was created");
+    let row = last_row_of(&p, "run_build").await;
+    assert_eq!(row.verdict, "deny");
+    let reason = row.reason.unwrap_or_default();
+    assert!(reason.starts_with("predicted denial"), "{reason}");
+    assert!(reason.contains("14 denials"), "{reason}");
+
+    // The same call again: a person is asked this time, not the model.
+    let (_, v) = post_json(&a, call(17, "run_build", suite(16))).await;
+    let id = approval_in(&v);
+    assert!(!ids.contains(&id));
+    let s = show(&p, &id);
+    assert_eq!(s["status"], "pending");
+    assert_eq!(s["arguments"], suite(16).to_string());
+    // And a person's grant of it runs it.
+    ok(p.cli(&["approval", "grant", &id]));
+    let (_, v) = post_json(&a, call(18, "run_build", suite(16))).await;
+    assert!(ran(&v), "{v}");
+    assert_eq!(up.seen().len(), 1);
+}
+
+/// An external predictor: each body it gets is sent on the channel, and
+/// it answers what `answer` holds then (status, body).
+async fn predictor(
+    first: (u16, String),
+) -> (
+    url::Url,
+    std::sync::Arc<std::sync::Mutex<(u16, String)>>,
+    mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let answer = std::sync::Arc::new(std::sync::Mutex::new(first));
+    let a = answer.clone();
+    let app = axum::Router::new().route(
+        "/predict",
+        axum::routing::post(move |body: String| {
+            let (tx, a) = (tx.clone(), a.clone());
+            async move {
+                let _ = tx.send(body);
+                let (status, body) = a.lock().unwrap().clone();
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    [("content-type", "application/json")],
+                    body,
+                )
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/predict", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (url.parse().unwrap(), answer, rx)
+}
+
+#[tokio::test]
+async fn an_external_predictor_decides_and_its_failures_ask_a_person() {
+    let up = Upstream::start().await;
+    let (url, answer, mut got) = predictor((
+        200,
+        json!({"p": 0.99, "reason": "model-Kx3 is sure"}).to_string(),
+    ))
+    .await;
+    let p = learn_proxy(|c| c.predict.url = Some(url)).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+
+    // p = 0.99 > 0.75, with no evidence at all: allowed.
+    let distinct = "Zr8-distinct-value";
+    let (_, v) = post_json(&a, call(1, "run_tests", json!({"suite": distinct}))).await;
+    assert!(ran(&v), "{v}");
+    assert_eq!(approvals(&p).await, 0);
+    let body: Value = serde_json::from_str(&soon(got.recv()).await.unwrap()).unwrap();
+    assert_eq!(body["caller"], "agent", "{body}");
+    assert_eq!(body["tool"], "run_tests", "{body}");
+    assert_eq!(body["rpc_method"], "tools/call", "{body}");
+    assert_eq!(body["credential"], "gh", "{body}");
+    assert_eq!(body["connection"], connection_of(&a), "{body}");
+    assert!(body["shape"].to_string().contains("suite"), "{body}");
+    // Without --audit-arguments no value leaves tessera.
+    assert!(body.get("arguments").is_none(), "{body}");
+    assert!(!body.to_string().contains(distinct), "{body}");
+    let row = last_row_of(&p, "run_tests").await;
+    assert_eq!(row.verdict, "allow");
+    let reason = row.reason.unwrap_or_default();
+    assert!(reason.starts_with("predicted approval"), "{reason}");
+    assert!(reason.contains("0.99"), "{reason}");
+    assert!(reason.contains("model-Kx3"), "{reason}");
+
+    // p = 0.1 < 0.2: denied by prediction.
+    *answer.lock().unwrap() = (200, json!({"p": 0.1, "reason": "no"}).to_string());
+    let (_, v) = post_json(&a, call(2, "run_tests", suite(2))).await;
+    assert!(predicted_denial(&v), "{v}");
+    assert_eq!(approvals(&p).await, 0);
+
+    // p = 0.5: between the thresholds, a person is asked, nothing failed.
+    *answer.lock().unwrap() = (200, json!({"p": 0.5, "reason": "unsure"}).to_string());
+    let (_, v) = post_json(&a, call(3, "run_tests", suite(3))).await;
+    let id = approval_in(&v);
+    let r = show(&p, &id)["reason"].as_str().unwrap_or("").to_string();
+    assert!(!r.contains("prediction failed"), "{r}");
+
+    // Garbage, p out of range, a 500: asked, the failure recorded.
+    for (n, failing) in [
+        (4, (200, "not json at all".to_string())),
+        (5, (200, json!({"p": 1.5}).to_string())),
+        (6, (200, json!({"reason": "no p"}).to_string())),
+        (7, (500, json!({"p": 0.99}).to_string())),
+    ] {
+        *answer.lock().unwrap() = failing.clone();
+        let (s, v) = post_json(&a, call(n, "run_tests", suite(n))).await;
+        assert_eq!(s, 200);
+        assert!(!ran(&v), "{failing:?}: {v}");
+        let id = approval_in(&v);
+        let s = show(&p, &id);
+        assert_eq!(s["status"], "pending");
+        let r = s["reason"].as_str().unwrap_or("");
+        assert!(r.contains("prediction failed"), "{failing:?}: {s}");
+        let row = last_row_of(&p, "run_tests").await;
+        assert!(
+            row.reason.as_deref().unwrap_or("").contains("prediction failed"),
+            "{failing:?}: {row:?}"
+        );
+    }
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_predictor_that_never_answers_is_dropped_at_the_deadline() {
+    use tokio::io::AsyncReadExt;
+    let up = Upstream::start().await;
+    // Accepts, reads, never answers; tells when the request came and
+    // when tessera closed the connection.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url: url::Url = format!("http://{}/predict", l.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let (read_tx, mut read_rx) = mpsc::unbounded_channel::<()>();
+    let (eof_tx, mut eof_rx) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (read_tx, eof_tx) = (read_tx.clone(), eof_tx.clone());
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => {
+                            let _ = eof_tx.send(());
+                            return;
+                        }
+                        Ok(_) => {
+                            let _ = read_tx.send(());
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let p = learn_proxy(|c| {
+        c.predict.url = Some(url);
+        c.predict.timeout = Duration::from_millis(200);
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+
+    let started = std::time::Instant::now();
+    let (s, v) = soon(post_json(&a, call(1, "run_tests", suite(1)))).await;
+    let took = started.elapsed();
+    assert_eq!(s, 200);
+    let id = approval_in(&v);
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    soon(read_rx.recv()).await.unwrap();
+    let shown = show(&p, &id);
+    assert_eq!(shown["status"], "pending");
+    assert!(
+        shown["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("prediction failed"),
+        "{shown}"
+    );
+    // tessera let go of the exchange: the predictor's connection ends.
+    soon(eof_rx.recv()).await.unwrap();
+    assert!(up.seen().is_empty());
+}
+
+#[tokio::test]
+async fn explain_agrees_with_serve_and_forget_unlearns() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let b = p.agent("gh", &up.url("/mcp"), "other").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
+    let (_, v) = post_json(&b, call(12, "run_tests", suite(12))).await;
+    approval_in(&v);
+
+    let (ca, cb) = (connection_of(&a), connection_of(&b));
+    let explain = |caller: &str, conn: &str, json: bool| {
+        let args = suite(99).to_string();
+        let mut argv = vec![
+            "approval",
+            "explain",
+            "--caller",
+            caller,
+            "--connection",
+            conn,
+            "--tool",
+            "run_tests",
+            "--arguments",
+            &args,
+        ];
+        argv.extend(COST_FLAGS);
+        if json {
+            argv.push("--json");
+        }
+        ok(p.cli(&argv))
+    };
+
+    // The caller whose grants they are: allow, from the exact level.
+    let e: Value = serde_json::from_str(&explain("agent", &ca, true)).unwrap();
+    assert_eq!(e["action"], "allow", "{e}");
+    assert_eq!(e["level"], "exact", "{e}");
+    assert_eq!(e["thresholds"]["allow"], 0.75, "{e}");
+    assert_eq!(e["thresholds"]["deny"], 0.2, "{e}");
+    assert!(e["shape"].as_str().unwrap().contains("suite"), "{e}");
+    let p_value = e["p"].as_f64().unwrap();
+    assert!(p_value > 0.75 && p_value < 0.8, "{e}");
+    let exact = e["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["level"] == "exact")
+        .expect("no exact level")
+        .clone();
+    assert_eq!((&exact["grants"], &exact["denials"]), (&json!(10), &json!(0)));
+    assert!(exact["lower"].as_f64().unwrap() > 0.75, "{exact}");
+    let text = explain("agent", &ca, false);
+    assert!(text.contains("0.75") && text.contains("0.2"), "{text}");
+    assert!(text.lines().any(|l| l.trim() == "action: allow"), "{text}");
+
+    // The other caller: only the tool level has evidence, and it may not
+    // allow.
+    let e: Value = serde_json::from_str(&explain("other", &cb, true)).unwrap();
+    assert_eq!(e["action"], "ask", "{e}");
+    assert_eq!(e["level"], "tool", "{e}");
+    let tool = e["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["level"] == "tool")
+        .expect("no tool level")
+        .clone();
+    assert_eq!(tool["grants"], 10, "{e}");
+    let text = explain("other", &cb, false);
+    assert!(text.lines().any(|l| l.trim() == "action: ask"), "{text}");
+
+    // Forgetting needs a filter; with one, the next call asks again.
+    let err = refused(p.cli(&["approval", "forget"]));
+    assert!(
+        err.contains("--caller") || err.contains("--all"),
+        "{err}"
+    );
+    ok(p.cli(&["approval", "forget", "--caller", "agent", "--tool", "run_tests"]));
+    let e: Value = serde_json::from_str(&explain("agent", &ca, true)).unwrap();
+    assert_eq!(e["action"], "ask", "{e}");
+    let (_, v) = post_json(&a, call(13, "run_tests", suite(13))).await;
+    approval_in(&v);
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn forget_all_drops_every_answer() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    // Forgetting another tool leaves run_tests learned.
+    ok(p.cli(&["approval", "forget", "--tool", "run_lint"]));
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
+    ok(p.cli(&["approval", "forget", "--all"]));
+    let (_, v) = post_json(&a, call(12, "run_tests", suite(12))).await;
+    approval_in(&v);
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn plain_ask_never_predicts() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_policies(Proxy::dir(), test_costs, policies_with(&["ask-for-writes"]))
+        .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let mut ids = Vec::new();
+    for n in 1..=10 {
+        let (_, v) = post_json(&a, call(n, "write_file", json!({"path": format!("p{n}")}))).await;
+        ids.push(approval_in(&v));
+    }
+    answer(&p, &ids, "grant");
+    let (_, v) = post_json(&a, call(11, "write_file", json!({"path": "p11"}))).await;
+    let id = approval_in(&v);
+    assert!(!ids.contains(&id));
+    assert!(up.seen().is_empty());
+}
+
+/// The value of the `/metrics` sample of `name` whose labels include all
+/// of `labels` (summed over any others), 0 when there is none.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn metrics_count_decisions_by_source() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let api = crate::admin_api::admin_api(&p).await;
+    let token = crate::admin_api::admin_token(&p, "ops");
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    // A person's grant used: the same call again.
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(1))).await;
+    assert!(ran(&v), "{v}");
+    assert_eq!(show(&p, &ids[0])["status"], "used");
+    // A prediction's allow: a new call.
+    let (_, v) = post_json(&a, call(12, "run_tests", suite(12))).await;
+    assert!(ran(&v), "{v}");
+
+    let m = crate::admin_api::metrics_text(&api, &token).await;
+    let name = "tessera_decisions_total";
+    let allow_predicted = sample(&m, name, &[r#"action="allow""#, r#"source="prediction""#]);
+    let allow_person = sample(&m, name, &[r#"action="allow""#, r#"source="person""#]);
+    let asked = sample(&m, name, &[r#"action="ask""#]);
+    assert_eq!(allow_predicted, 1.0, "{m}");
+    assert_eq!(allow_person, 1.0, "{m}");
+    assert_eq!(asked, 10.0, "{m}");
+}
+
+#[tokio::test]
+async fn the_console_shows_the_prediction_of_a_pending_approval() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let api = crate::admin_api::admin_api(&p).await;
+    let token = crate::admin_api::admin_token(&p, "alice");
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=4).await;
+    answer(&p, &ids[..3], "grant");
+    let pending = &ids[3];
+
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = c
+        .post(format!("{api}/ui/login"))
+        .header("origin", &api)
+        .form(&[("token", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    let cookie = set.split(';').next().unwrap().to_string();
+    let html = c
+        .get(format!("{api}/ui"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let at = html
+        .find(&format!("data-approval=\"{pending}\""))
+        .unwrap_or_else(|| panic!("{pending} not listed: {html}"));
+    // Next to it (before the next approval's row), its prediction.
+    let row = &html[at..];
+    let row = &row[..row[1..].find("data-approval=\"").map_or(row.len(), |e| e + 1)];
+    assert!(row.to_lowercase().contains("prediction"), "{row}");
+}
+
+#[tokio::test]
+async fn config_check_shows_the_thresholds_and_refuses_crossed_costs() {
+    let dir = Proxy::dir();
+    let out = ok(cli(dir.path(), &["config", "check"]));
+    // The defaults (100, 5, 1): allow above 0.99, deny below 0.2.
+    assert!(out.contains("0.99") && out.contains("0.2"), "{out}");
+    let mut args = vec!["config", "check"];
+    args.extend(COST_FLAGS);
+    let out = ok(cli(dir.path(), &args));
+    assert!(out.contains("0.75") && out.contains("0.2"), "{out}");
+    // Asking costs so much that deny's threshold passes allow's.
+    let o = cli(dir.path(), &["config", "check", "--cost-ask", "10"]);
+    assert!(!o.status.success());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(said.contains("--cost-ask"), "{said}");
+}
