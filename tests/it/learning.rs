@@ -417,6 +417,22 @@ async fn an_external_predictor_decides_and_its_failures_ask_a_person() {
 }
 
 #[tokio::test]
+async fn with_audit_arguments_the_predictor_sees_the_values() {
+    let up = Upstream::start().await;
+    let (url, _, mut got) = predictor((200, json!({"p": 0.99}).to_string())).await;
+    let p = learn_proxy(|c| {
+        c.predict.url = Some(url);
+        c.audit_arguments = true;
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let (_, v) = post_json(&a, call(1, "run_tests", json!({"suite": "Wd4-visible"}))).await;
+    assert!(ran(&v), "{v}");
+    let body = soon(got.recv()).await.unwrap();
+    assert!(body.contains("Wd4-visible"), "{body}");
+}
+
+#[tokio::test]
 async fn a_predictor_that_never_answers_is_dropped_at_the_deadline() {
     use tokio::io::AsyncReadExt;
     let up = Upstream::start().await;
@@ -583,19 +599,29 @@ async fn forget_all_drops_every_answer() {
 #[tokio::test]
 async fn plain_ask_never_predicts() {
     let up = Upstream::start().await;
-    let p = Proxy::start_with_policies(Proxy::dir(), test_costs, policies_with(&["ask-for-writes"]))
-        .await;
+    let p = Proxy::start_with_policies(
+        Proxy::dir(),
+        test_costs,
+        policies_with(&["ask-for-writes", "learn-from-approvals"]),
+    )
+    .await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    // Ten grants of write_file (plain @ask) and of run_tests (learning).
     let mut ids = Vec::new();
     for n in 1..=10 {
         let (_, v) = post_json(&a, call(n, "write_file", json!({"path": format!("p{n}")}))).await;
         ids.push(approval_in(&v));
     }
+    ids.extend(hold(&a, "run_tests", 21..=30).await);
     answer(&p, &ids, "grant");
+    // Only the permit marked to learn acts on them.
+    let (_, v) = post_json(&a, call(31, "run_tests", suite(31))).await;
+    assert!(ran(&v), "not allowed after 10 grants: {v}");
     let (_, v) = post_json(&a, call(11, "write_file", json!({"path": "p11"}))).await;
     let id = approval_in(&v);
     assert!(!ids.contains(&id));
-    assert!(up.seen().is_empty());
+    assert_eq!(show(&p, &id)["status"], "pending");
+    assert_eq!(up.seen().len(), 1);
 }
 
 /// The value of the `/metrics` sample of `name` whose labels include all
