@@ -265,9 +265,15 @@ async fn other_callers_answers_may_deny_but_never_allow() {
     assert!(predicted_denial(&v), "{v}");
     assert_eq!(approvals(&p).await, before, "an approval was created");
     let row = last_row_of(&p, "run_build").await;
-    assert_eq!((row.caller.as_str(), row.verdict.as_str()), ("other", "deny"));
+    assert_eq!(
+        (row.caller.as_str(), row.verdict.as_str()),
+        ("other", "deny")
+    );
     assert!(
-        row.reason.as_deref().unwrap_or("").starts_with("predicted denial"),
+        row.reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("predicted denial"),
         "{row:?}"
     );
     assert_eq!(up.seen().len(), 1);
@@ -409,7 +415,10 @@ async fn an_external_predictor_decides_and_its_failures_ask_a_person() {
         assert!(r.contains("prediction failed"), "{failing:?}: {s}");
         let row = last_row_of(&p, "run_tests").await;
         assert!(
-            row.reason.as_deref().unwrap_or("").contains("prediction failed"),
+            row.reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("prediction failed"),
             "{failing:?}: {row:?}"
         );
     }
@@ -543,7 +552,10 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
         .find(|l| l["level"] == "exact")
         .expect("no exact level")
         .clone();
-    assert_eq!((&exact["grants"], &exact["denials"]), (&json!(10), &json!(0)));
+    assert_eq!(
+        (&exact["grants"], &exact["denials"]),
+        (&json!(10), &json!(0))
+    );
     assert!(exact["lower"].as_f64().unwrap() > 0.75, "{exact}");
     let text = explain("agent", &ca, false);
     assert!(text.contains("0.75") && text.contains("0.2"), "{text}");
@@ -567,11 +579,15 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
 
     // Forgetting needs a filter; with one, the next call asks again.
     let err = refused(p.cli(&["approval", "forget"]));
-    assert!(
-        err.contains("--caller") || err.contains("--all"),
-        "{err}"
-    );
-    ok(p.cli(&["approval", "forget", "--caller", "agent", "--tool", "run_tests"]));
+    assert!(err.contains("--caller") || err.contains("--all"), "{err}");
+    ok(p.cli(&[
+        "approval",
+        "forget",
+        "--caller",
+        "agent",
+        "--tool",
+        "run_tests",
+    ]));
     let e: Value = serde_json::from_str(&explain("agent", &ca, true)).unwrap();
     assert_eq!(e["action"], "ask", "{e}");
     let (_, v) = post_json(&a, call(13, "run_tests", suite(13))).await;
@@ -702,7 +718,9 @@ async fn the_console_shows_the_prediction_of_a_pending_approval() {
         .unwrap_or_else(|| panic!("{pending} not listed: {html}"));
     // Next to it (before the next approval's row), its prediction.
     let row = &html[at..];
-    let row = &row[..row[1..].find("data-approval=\"").map_or(row.len(), |e| e + 1)];
+    let row = &row[..row[1..]
+        .find("data-approval=\"")
+        .map_or(row.len(), |e| e + 1)];
     assert!(row.to_lowercase().contains("prediction"), "{row}");
 }
 
