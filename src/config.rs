@@ -54,6 +54,15 @@ pub enum ConfigError {
     CaFile(String, String),
     #[error("--forwarded {0:?}: use off (tessera says nothing of the caller) or set (tessera sets Forwarded and X-Forwarded-For)")]
     Forwarded(String),
+    /// The costs' thresholds cross, or a cost is not a positive number
+    /// (the message names the settings).
+    #[error("{0}")]
+    Costs(String),
+    /// The URL is not echoed: it may carry a secret.
+    #[error("--predictor-url is not an absolute http(s) URL with a host")]
+    PredictorUrl,
+    #[error("--predict-half-life {0:?}: give a number and a unit: 12h, 30d")]
+    HalfLife(String),
     #[error("--max-body-memory {0} is less than --max-body-bytes {1}: a body of the largest size allowed could never be read")]
     BodyMemory(usize, usize),
 }
@@ -176,6 +185,8 @@ pub struct ServeConfig {
     pub token_margin: Duration,
     /// The whole token request, connect to answer.
     pub token_timeout: Duration,
+    /// Approvals that learn: costs, deadline, predictor, forgetting.
+    pub predict: crate::authz::predict::Settings,
 }
 
 /// The serve settings as given (flag > environment > settings file >
@@ -334,6 +345,8 @@ pub struct RawServe {
     /// How long a token request may take (502 after).
     #[arg(long, env = "TESSERA_TOKEN_TIMEOUT_MS", default_value_t = DEFAULT_TOKEN_TIMEOUT_MS)]
     pub token_timeout_ms: u64,
+    #[command(flatten)]
+    pub predict: PredictArgs,
     /// The process's descriptor limit, when it has one (read by `serve`,
     /// not a setting).
     #[arg(skip)]
@@ -571,6 +584,82 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
         tools_list_max_bytes: raw.tools_list_max_bytes,
         token_margin: Duration::from_secs(raw.token_margin_s),
         token_timeout: ms(raw.token_timeout_ms, "--token-timeout-ms")?,
+        predict: predict_settings(&raw.predict)?,
+    })
+}
+
+/// The settings of approvals that learn, as `serve` and `approval
+/// explain` take them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PredictArgs {
+    /// Approvals that learn (`@ask("learn")`): what a call allowed that a
+    /// person would have denied costs the organization, in any unit.
+    #[arg(long, env = "TESSERA_COST_WRONG_ALLOW", default_value_t = 100.0)]
+    pub cost_wrong_allow: f64,
+    /// What a call refused that a person would have approved costs.
+    #[arg(long, env = "TESSERA_COST_WRONG_DENY", default_value_t = 5.0)]
+    pub cost_wrong_deny: f64,
+    /// What asking a person costs (their time). With the defaults a
+    /// prediction allows above p = 0.99 and denies below p = 0.2.
+    #[arg(long, env = "TESSERA_COST_ASK", default_value_t = 1.0)]
+    pub cost_ask: f64,
+    /// How long a prediction may take; a late one asks a person.
+    #[arg(long, env = "TESSERA_PREDICT_TIMEOUT_MS", default_value_t = 50)]
+    pub predict_timeout_ms: u64,
+    /// The operator's own predictor instead of the built-in model: it gets
+    /// a POST of the call's description (no argument values unless
+    /// --audit-arguments) and answers {"p": 0.97, "reason": "..."}. Any
+    /// failure asks a person.
+    #[arg(long, env = "TESSERA_PREDICTOR_URL")]
+    pub predictor_url: Option<String>,
+    /// How fast people's answers are forgotten: an answer this old weighs
+    /// half as much as one given now (12h, 30d).
+    #[arg(long, env = "TESSERA_PREDICT_HALF_LIFE", default_value = crate::authz::predict::DEFAULT_HALF_LIFE)]
+    pub predict_half_life: String,
+}
+
+impl Default for PredictArgs {
+    fn default() -> Self {
+        PredictArgs {
+            cost_wrong_allow: 100.0,
+            cost_wrong_deny: 5.0,
+            cost_ask: 1.0,
+            predict_timeout_ms: 50,
+            predictor_url: None,
+            predict_half_life: crate::authz::predict::DEFAULT_HALF_LIFE.into(),
+        }
+    }
+}
+
+/// The settings of approvals that learn: costs whose thresholds cross are
+/// refused here, naming them.
+pub fn predict_settings(raw: &PredictArgs) -> Result<crate::authz::predict::Settings, ConfigError> {
+    let costs = crate::authz::predict::Costs {
+        wrong_allow: raw.cost_wrong_allow,
+        wrong_deny: raw.cost_wrong_deny,
+        ask: raw.cost_ask,
+    };
+    costs
+        .thresholds()
+        .map_err(|e| ConfigError::Costs(e.to_string()))?;
+    Ok(crate::authz::predict::Settings {
+        costs,
+        timeout: match raw.predict_timeout_ms {
+            0 => return Err(ConfigError::Zero("--predict-timeout-ms")),
+            n => Duration::from_millis(n),
+        },
+        url: match raw.predictor_url.as_deref() {
+            None | Some("") => None,
+            Some(u) => Some(
+                Url::parse(u)
+                    .ok()
+                    .filter(|x| matches!(x.scheme(), "http" | "https") && x.host().is_some())
+                    .ok_or(ConfigError::PredictorUrl)?,
+            ),
+        },
+        half_life: crate::telemetry::time::parse_since(&raw.predict_half_life)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| ConfigError::HalfLife(raw.predict_half_life.clone()))?,
     })
 }
 
@@ -624,6 +713,7 @@ impl RawServe {
             tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
             token_margin_s: DEFAULT_TOKEN_MARGIN_S,
             token_timeout_ms: DEFAULT_TOKEN_TIMEOUT_MS,
+            predict: PredictArgs::default(),
         }
     }
 }

@@ -45,6 +45,8 @@ pub struct State {
     policy_epoch: tokio::sync::watch::Receiver<i64>,
     /// Held calls waiting for a decision, and the approval webhook.
     pub approvals: crate::authz::approvals::Hub,
+    /// Predictions for calls an `@ask("learn")` permit holds.
+    pub prediction: Arc<crate::authz::predict::Predictor>,
 }
 
 impl State {
@@ -97,7 +99,14 @@ impl State {
         );
         let approvals =
             crate::authz::approvals::Hub::start(changes, config.approval_webhook.clone(), &client);
+        let prediction = Arc::new(crate::authz::predict::Predictor::new(
+            config.predict.clone(),
+            store.clone(),
+            config.connect_timeout,
+            (*config.upstream_roots).clone(),
+        ));
         let state = State {
+            prediction,
             client,
             approvals,
             authorizer,

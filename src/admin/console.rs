@@ -410,15 +410,44 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
     // One more than a page was asked for: whether a next page exists.
     let more = pending.len() as i64 > PAGE;
     pending.truncate(PAGE as usize);
+    // What approvals that learn make of each pending tool call: what a
+    // prediction would do now, and from what evidence (the built-in model,
+    // from people's answers so far).
+    let questions: Vec<crate::authz::predict::Question> = pending
+        .iter()
+        .map(|a| crate::authz::predict::Question {
+            caller: a.key.caller.clone(),
+            connection: a.key.connection.clone(),
+            credential: a.credential.clone().unwrap_or_default(),
+            tool: a.key.tool.clone(),
+            rpc_method: a.key.rpc_method.clone(),
+            shape: a.shape.clone().unwrap_or_else(|| "?".into()),
+            arguments: None,
+        })
+        .collect();
+    let predictions = c
+        .state
+        .prediction
+        .explain(&questions, crate::telemetry::time::now_ms())
+        .await
+        .unwrap_or_default();
     b.push_str("<h2>Waiting for a person</h2>");
     if pending.is_empty() && before.is_none() {
         b.push_str("<p id=none>No calls are waiting for approval.</p>");
     } else {
         b.push_str(
             "<table id=pending><tr><th>Approval</th><th>Asked</th><th>Expires</th><th>Caller</th><th>Connection</th><th>Method</th>\
-             <th>Tool</th><th>Path and query</th><th>Session</th><th>Params</th><th>Why</th><th></th></tr>",
+             <th>Tool</th><th>Path and query</th><th>Session</th><th>Params</th><th>Why</th><th>Prediction</th><th></th></tr>",
         );
-        for a in &pending {
+        for (n, a) in pending.iter().enumerate() {
+            let prediction = match predictions.get(n) {
+                Some(p) if a.key.rpc_method == "tools/call" => format!(
+                    "{}<br><span class=muted>shape <code>{}</code></span>",
+                    esc(&p.summary()),
+                    esc(a.shape.as_deref().unwrap_or("not recorded"))
+                ),
+                _ => "-".to_string(),
+            };
             let params = match (&a.shown.params, &a.arguments) {
                 (Some(text), _) | (None, Some(text)) => format!("<code>{}</code>", esc(text)),
                 (None, None) if a.key.arguments_sha256.is_empty() => "-".to_string(),
@@ -448,7 +477,7 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
             let _ = write!(
                 b,
                 "<tr data-approval=\"{id}\"><td><code>{id}</code></td><td>{}</td><td class=expires>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td>\
-                 <td><b>{}</b></td><td>{target}</td><td>{session}</td><td>{params}</td><td>{}</td><td class=actions>\
+                 <td><b>{}</b></td><td>{target}</td><td>{session}</td><td>{params}</td><td>{}</td><td class=prediction>{prediction}</td><td class=actions>\
                  <form class=inline method=post action=\"/ui/approvals/{id}/grant\">\
                  <input type=hidden name=csrf value=\"{csrf}\"><button type=submit class=grant>Grant</button></form> \
                  <form class=inline method=post action=\"/ui/approvals/{id}/deny\">\

@@ -85,6 +85,7 @@ labelled! {
         ApprovalGrant => "approval.grant",
         ApprovalDeny => "approval.deny",
         ApprovalRevoke => "approval.revoke",
+        ApprovalForget => "approval.forget",
         KeyRotate => "key.rotate",
         PolicyReload => "policy.reload",
     }
@@ -305,6 +306,30 @@ impl<'a> Admin<'a> {
     pub async fn approval_revoke(&self, id: &str) -> Result<(), AdminError> {
         self.record(Action::ApprovalRevoke, id, async |s| {
             approval_decide(s, id, Decision::Revoke).await.map(drop)
+        })
+        .await
+    }
+
+    /// Drop the answers people gave that approvals that learn predict
+    /// from: those of `caller` and/or about `tool`, or (`all`) every one.
+    /// Returns how many were dropped.
+    pub async fn approval_forget(
+        &self,
+        caller: Option<&str>,
+        tool: Option<&str>,
+        all: bool,
+    ) -> Result<u64, AdminError> {
+        let target = match (caller, tool) {
+            (None, None) => "*".to_string(),
+            (c, t) => format!("caller={} tool={}", c.unwrap_or("*"), t.unwrap_or("*")),
+        };
+        self.record(Action::ApprovalForget, &target, async |s| {
+            if caller.is_none() && tool.is_none() && !all {
+                return Err(AdminError::Refused(
+                    "say whose answers to forget: --caller NAME, --tool T, or --all for every answer",
+                ));
+            }
+            Ok(s.forget_evidence(caller, tool).await?)
         })
         .await
     }

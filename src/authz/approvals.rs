@@ -45,6 +45,11 @@ pub struct Held {
     /// What the approver is shown; `params` is the complete call, which is
     /// stored only sealed.
     pub shown: Shown,
+    /// The connection's credential and the arguments' shape, kept with
+    /// the approval so that a person's answer counts as evidence for
+    /// approvals that learn.
+    pub credential: Option<String>,
+    pub shape: Option<String>,
 }
 
 /// What became of a held call.
@@ -192,6 +197,8 @@ pub async fn settle_with(s: &Settle<'_>, held: &[Held]) -> Result<Outcome, Settl
                 key: h.key.clone(),
                 reason: h.reason.clone(),
                 shown: h.shown.clone(),
+                credential: h.credential.clone(),
+                shape: h.shape.clone(),
             })
             .await?;
         // A concurrent request recorded the same call first: its approval
@@ -254,6 +261,7 @@ pub fn reveal(
             &mut a.arguments,
             &mut a.shown.sub_path,
             &mut a.shown.query,
+            &mut a.shape,
         ];
         for text in chosen.into_iter().flatten().chain([&mut a.key.tool]) {
             if let std::borrow::Cow::Owned(clean) = r.text(text) {

@@ -68,6 +68,9 @@ pub struct Policies {
     /// The permit policies annotated `@ask`: a request they allow is held
     /// for a person's approval.
     asks: HashSet<String>,
+    /// The `@ask` permits marked `@ask("learn")`: a prediction may answer
+    /// for a person (`crate::authz::predict`).
+    learns: HashSet<String>,
     /// The context attributes some policy may read; only these are built
     /// per request (building the whole context was most of a decision's
     /// cost).
@@ -155,6 +158,9 @@ pub struct Evaluation {
     /// a person decides. (When a plain permit and an `@ask` permit both
     /// apply, the request is asked: the stricter reading wins.)
     pub ask: bool,
+    /// Asked, and every `@ask` permit that asks is `@ask("learn")` (one
+    /// plain `@ask` among them: a person is asked, the stricter reading).
+    pub learn: bool,
     /// The policies that determined it: the permits that allowed, or the
     /// forbids (and failed policies) that denied. Empty on a deny: nothing
     /// permitted it.
@@ -256,6 +262,7 @@ impl Policies {
         // Which file each policy came from, to place validation errors.
         let mut home: HashMap<PolicyId, usize> = HashMap::new();
         let mut asks = HashSet::new();
+        let mut learns = HashSet::new();
         for (i, (file, text)) in files.iter().enumerate() {
             let parsed = match PolicySet::from_str(text) {
                 Ok(p) => p,
@@ -306,6 +313,20 @@ impl Policies {
                                 "policy \"{id}\": @ask applies to permit policies only"
                             ),
                         });
+                    }
+                    match p.annotation("ask") {
+                        Some("") => {}
+                        Some("learn") => {
+                            learns.insert(id.to_string());
+                        }
+                        Some(other) => errors.push(PolicyError::Invalid {
+                            file: file.clone(),
+                            line: line_of(text, "@ask"),
+                            reason: format!(
+                                "policy \"{id}\": @ask({other:?}) is not known: write @ask (a person decides) or @ask(\"learn\") (a prediction from people's answers may decide)"
+                            ),
+                        }),
+                        None => unreachable!("checked above"),
                     }
                     asks.insert(id.to_string());
                 }
@@ -360,6 +381,7 @@ impl Policies {
             files: files.into_iter().map(|(f, _)| f).collect(),
             actions,
             asks,
+            learns,
             engine: cedar_policy::Authorizer::new(),
         })
     }
@@ -467,6 +489,7 @@ impl Policies {
         let deny = |why: String| Evaluation {
             allowed: false,
             ask: false,
+            learn: false,
             policies: Vec::new(),
             errors: vec![why],
         };
@@ -504,9 +527,15 @@ impl Policies {
         policies.sort();
         policies.dedup();
         let allowed = resp.decision() == Decision::Allow && errors.is_empty();
+        let ask = allowed && policies.iter().any(|p| self.asks.contains(p));
         Evaluation {
             allowed,
-            ask: allowed && policies.iter().any(|p| self.asks.contains(p)),
+            ask,
+            learn: ask
+                && policies
+                    .iter()
+                    .filter(|p| self.asks.contains(*p))
+                    .all(|p| self.learns.contains(p)),
             policies,
             errors,
         }
@@ -641,6 +670,7 @@ impl Authorizer for CedarAuthorizer {
         let grounds = Grounds {
             policies: e.policies,
             reason: None,
+            learn: e.learn,
         };
         match (e.allowed, e.ask) {
             (true, false) => Verdict::Allow(grounds),

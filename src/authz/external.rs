@@ -121,6 +121,7 @@ impl ExternalAuthorizer {
         let grounds = |reason: String| Grounds {
             policies: policies.clone(),
             reason: Some(reason),
+            learn: false,
         };
         let answer = tokio::time::timeout(self.config.timeout, self.ask(req)).await;
         let second = match answer {

@@ -12,6 +12,7 @@ pub mod canonical;
 pub mod cedar;
 pub mod decide;
 pub mod external;
+pub mod predict;
 
 use std::time::SystemTime;
 
@@ -102,6 +103,10 @@ impl Verdict {
 pub struct Grounds {
     pub policies: Vec<String>,
     pub reason: Option<String>,
+    /// For an ask: every `@ask` permit that holds it is `@ask("learn")`,
+    /// so a prediction may answer instead of a person
+    /// ([`crate::authz::predict`]).
+    pub learn: bool,
 }
 
 impl Grounds {
@@ -110,6 +115,7 @@ impl Grounds {
         Grounds {
             policies: Vec::new(),
             reason: Some(reason.into()),
+            learn: false,
         }
     }
 
@@ -188,6 +194,7 @@ mod tests {
         Grounds {
             policies: vec![p.into()],
             reason: None,
+            learn: false,
         }
     }
 
@@ -214,6 +221,7 @@ mod tests {
         let both = Grounds {
             policies: vec!["own".into()],
             reason: Some("late".into()),
+            learn: false,
         };
         assert_eq!(
             both.to_string(),

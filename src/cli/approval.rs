@@ -54,6 +54,38 @@ pub(crate) enum ApprovalCmd {
         /// The approval's id.
         id: String,
     },
+    /// What a call would get if an @ask("learn") permit held it now: the
+    /// predicted probability that a person approves, the evidence at each
+    /// level, the thresholds from the costs, and the action.
+    Explain {
+        /// The caller making the call.
+        #[arg(long)]
+        caller: String,
+        /// The connection (id, or its URL) the call goes to.
+        #[arg(long)]
+        connection: String,
+        /// The tool called.
+        #[arg(long)]
+        tool: String,
+        /// The call's arguments as JSON (only their names and types count).
+        #[arg(long)]
+        arguments: Option<String>,
+        #[command(flatten)]
+        predict: tessera::config::PredictArgs,
+    },
+    /// Drop the answers people gave, which approvals that learn predict
+    /// from (a person changed their mind about a class of calls).
+    Forget {
+        /// Only this caller's answers.
+        #[arg(long)]
+        caller: Option<String>,
+        /// Only answers about this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Every answer (required when neither --caller nor --tool is given).
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// A time as a person reads it (UTC, to the second).
@@ -231,6 +263,24 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                 at.say(format!("denied {id}"), serde_json::json!({"denied": id}));
             }
         }
+        ApprovalCmd::Explain {
+            caller,
+            connection,
+            tool,
+            arguments,
+            predict,
+        } => {
+            explain(at, &store, caller, connection, tool, arguments, predict).await?;
+        }
+        ApprovalCmd::Forget { caller, tool, all } => {
+            let n = Admin::new(&store, CLI)
+                .approval_forget(caller.as_deref(), tool.as_deref(), all)
+                .await?;
+            at.say(
+                format!("forgot {n} {}", if n == 1 { "answer" } else { "answers" }),
+                serde_json::json!({"forgotten": n}),
+            );
+        }
         ApprovalCmd::Revoke { id } => {
             Admin::new(&store, CLI).approval_revoke(&id).await?;
             at.say(
@@ -238,6 +288,118 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
                 serde_json::json!({"revoked": id}),
             );
         }
+    }
+    Ok(())
+}
+
+/// `approval explain`: the built-in model's view of a call, from every
+/// answer in the store, with the costs and half-life `serve` would use.
+async fn explain(
+    at: &Place,
+    store: &tessera::store::Store,
+    caller: String,
+    connection: String,
+    tool: String,
+    arguments: Option<String>,
+    predict: tessera::config::PredictArgs,
+) -> Result<()> {
+    use tessera::authz::predict::{self, model};
+    let settings = tessera::config::predict_settings(&predict)?;
+    if let Some(a) = &arguments {
+        serde_json::from_str::<serde_json::Value>(a)
+            .map_err(|e| anyhow::anyhow!("--arguments is not JSON: {e}"))?;
+    }
+    // A connection URL names its id last (`…/c/<id>` or `…/c/<id>/mcp`).
+    let id = connection
+        .trim_end_matches('/')
+        .trim_end_matches("/mcp")
+        .trim_end_matches("/sse")
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let conn = store
+        .connections()
+        .await?
+        .into_iter()
+        .find(|c| c.id == id)
+        .ok_or_else(|| anyhow::anyhow!("no connection {id:?}"))?;
+    if conn.caller != caller {
+        eprintln!(
+            "note: connection {} belongs to caller {}, not {caller}: serve answers {caller}'s calls on it 404 before any policy",
+            &conn.id[..conn.id.len().min(8)],
+            conn.caller
+        );
+    }
+    let q = predict::Question {
+        caller,
+        connection: conn.id.clone(),
+        credential: conn.credential.clone(),
+        tool,
+        rpc_method: "tools/call".into(),
+        shape: model::shape(arguments.as_deref()),
+        arguments: None,
+    };
+    let now = tessera::telemetry::time::now_ms();
+    let p = predict::explain(store, &settings, &q, now).await?;
+    if at.json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "action": p.action,
+                "p": p.p,
+                "level": p.level,
+                "levels": p.levels,
+                "thresholds": p.thresholds,
+                "shape": q.shape,
+                "credential": q.credential,
+                "predictor_url": settings.url.is_some(),
+                "reason": predict::Outcome::Model(p.clone()).reason(&q),
+            })
+        );
+        return Ok(());
+    }
+    let t = &p.thresholds;
+    out!(
+        "call: caller {}, credential {}, tool {}, shape {}",
+        q.caller,
+        q.credential,
+        q.tool,
+        q.shape
+    );
+    out!(
+        "thresholds: allow above p = {}, deny below p = {} (costs: wrong allow {}, wrong deny {}, ask {})",
+        model::prob(t.allow),
+        model::prob(t.deny),
+        settings.costs.wrong_allow,
+        settings.costs.wrong_deny,
+        settings.costs.ask
+    );
+    let rows: Vec<Vec<String>> = p
+        .levels
+        .iter()
+        .map(|e| {
+            vec![
+                e.level.as_str().to_string(),
+                model::count(e.grants),
+                model::count(e.denials),
+                format!("{:.3}", e.lower),
+                format!("{:.3}", e.upper),
+                if Some(e.level) == p.level {
+                    "decides".into()
+                } else if e.grants + e.denials < model::MIN_EVIDENCE {
+                    "too few answers".into()
+                } else {
+                    "-".into()
+                },
+            ]
+        })
+        .collect();
+    print_table(&["LEVEL", "GRANTS", "DENIALS", "LOWER", "UPPER", ""], &rows);
+    out!("{}", predict::Outcome::Model(p.clone()).reason(&q));
+    out!("action: {}", p.action.as_str());
+    if settings.url.is_some() {
+        out!("note: serve asks the predictor at --predictor-url instead of this model");
     }
     Ok(())
 }

@@ -55,7 +55,9 @@ pub(crate) fn config_check(
     }
     // Settings left unset whose value serve derives (from --listen, the
     // open-file limit, the body size) show that value.
+    let mut thresholds = None;
     if let Ok(c) = tessera::config::parse_serve(raw_serve(a)) {
+        thresholds = c.predict.costs.thresholds().ok();
         let derived = [
             ("listen", c.listen.to_string()),
             ("public-url", c.public_url.to_string()),
@@ -96,13 +98,26 @@ pub(crate) fn config_check(
         let valid = errors.is_empty();
         out!(
             "{}",
-            serde_json::json!({"settings": settings, "valid": valid, "errors": errors})
+            serde_json::json!({"settings": settings, "valid": valid, "errors": errors,
+                "prediction_thresholds": thresholds})
         );
         return valid;
     }
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     for (key, value, source) in &rows {
         out!("{key:<width$}  {value:<40}  ({source})");
+    }
+    // What the three costs mean for approvals that learn (@ask("learn")).
+    if let Some(t) = thresholds {
+        out!(
+            "{:<width$}  {:<40}  (derived from the costs)",
+            "prediction",
+            format!(
+                "allow above p = {}, deny below p = {}",
+                tessera::authz::predict::model::prob(t.allow),
+                tessera::authz::predict::model::prob(t.deny)
+            )
+        );
     }
     for e in &errors {
         eprintln!("tessera: invalid configuration: {e}");

@@ -221,6 +221,7 @@ const READS_SERVE_SETTINGS: &[&[&str]] = &[
     &["config", "check"],
     &["connection", "add"],
     &["connection", "list"],
+    &["approval", "explain"],
 ];
 
 /// `cmd` with the setting `key` (a long flag name) of the subcommand at

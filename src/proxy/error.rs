@@ -56,6 +56,15 @@ pub enum ProxyError {
         approval: String,
         denied: bool,
     },
+    /// A lone `tools/call` denied by a prediction of a person's answer
+    /// (`@ask("learn")`): answered as a tool result the model reads, which
+    /// says a person can still be asked (its retry is held for one).
+    #[error("tessera refused the call of tool {tool:?} on connection {connection}: people have denied calls like it ({why}). It has not run. If it is needed, retry the same call: the retry is held for a person to decide.")]
+    ToolPredictedDenied {
+        tool: String,
+        connection: String,
+        why: String,
+    },
     /// Any other request held for approval, or a batch with a held call.
     #[error("forbidden: {0}")]
     Held(String),
@@ -201,7 +210,7 @@ impl ProxyError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             NotFound | SessionUnknown => StatusCode::NOT_FOUND,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
-            ToolDenied { .. } | ToolHeld { .. } => StatusCode::OK,
+            ToolDenied { .. } | ToolHeld { .. } | ToolPredictedDenied { .. } => StatusCode::OK,
             ApprovalUnavailable | AuditUnavailable | BodyMemory => StatusCode::SERVICE_UNAVAILABLE,
             // Not 401: to an MCP client a 401 means "run OAuth for this
             // resource" (MCP authorization), whatever its challenge says.
@@ -252,7 +261,11 @@ impl ProxyError {
             Unauthorized | UnknownToken | SessionUnknown => -32001,
             // 2026-07-28's code for a version header that is not `_meta`'s.
             VersionMismatch { .. } => -32020,
-            ForbiddenOrigin | ForbiddenHost | Denied(_) | ToolDenied { .. } => -32003,
+            ForbiddenOrigin
+            | ForbiddenHost
+            | Denied(_)
+            | ToolDenied { .. }
+            | ToolPredictedDenied { .. } => -32003,
             Held(_) | ToolHeld { .. } => -32005,
             ApprovalUnavailable => -32012,
             AuditUnavailable => -32013,
@@ -279,7 +292,7 @@ impl ProxyError {
             ForbiddenOrigin => Reason::Origin,
             ForbiddenHost => Reason::Host,
             Unauthorized | UnknownToken => Reason::Unauthenticated,
-            Denied(_) | ToolDenied { .. } => Reason::Denied,
+            Denied(_) | ToolDenied { .. } | ToolPredictedDenied { .. } => Reason::Denied,
             Held(_) | ToolHeld { .. } => Reason::Held,
             ApprovalUnavailable => Reason::ApprovalUnavailable,
             AuditUnavailable => Reason::AuditUnavailable,
@@ -329,7 +342,9 @@ impl ProxyError {
         result_type: bool,
     ) -> Response<ProxyBody> {
         let body = match self {
-            ProxyError::ToolDenied { .. } | ProxyError::ToolHeld { .. } => {
+            ProxyError::ToolDenied { .. }
+            | ProxyError::ToolHeld { .. }
+            | ProxyError::ToolPredictedDenied { .. } => {
                 let mut result = serde_json::json!({
                     "content": [{ "type": "text", "text": self.to_string() }],
                     "isError": true,

@@ -72,6 +72,54 @@ pub async fn hold(state: &State, held: &[Held]) -> Result<Vec<Settled>, SettleEr
     }
 }
 
+/// The prediction for a held call an `@ask("learn")` permit holds, or
+/// `None` when a person's record of this very call stands (a pending
+/// request, a denial or a grant in force: it is settled as before). A call
+/// denied by prediction before is not predicted again: it is held for a
+/// person (so an agent can always still reach one), and the outcome says
+/// so. Store look-ups run under `--db-timeout-ms`; the prediction itself
+/// under `--predict-timeout-ms`, where any failure asks.
+pub async fn predict(
+    state: &State,
+    h: &Held,
+    question: crate::authz::predict::Question,
+) -> Result<Option<crate::authz::predict::Outcome>, crate::store::StoreError> {
+    let cfg = &state.config;
+    let now = now_ms();
+    let ttl = i64::try_from(cfg.approval_ttl.as_millis()).unwrap_or(i64::MAX);
+    let (recorded, denied_before) = crate::store::timed(cfg.db_timeout, async {
+        if state.store.call_has_record(&h.key, now).await? {
+            return Ok((true, false));
+        }
+        let denied = state
+            .store
+            .predicted_denial(&h.key, now.saturating_sub(ttl))
+            .await?;
+        Ok((false, denied))
+    })
+    .await?;
+    if recorded {
+        return Ok(None);
+    }
+    if denied_before {
+        return Ok(Some(crate::authz::predict::Outcome::Retried));
+    }
+    Ok(Some(state.prediction.predict(question, now).await))
+}
+
+/// Remember that this call was denied by prediction, so that its retry is
+/// held for a person.
+pub async fn remember_denial(
+    state: &State,
+    key: &crate::store::model::CallKey,
+) -> Result<(), crate::store::StoreError> {
+    crate::store::timed(
+        state.config.db_timeout,
+        state.store.add_predicted_denial(key, now_ms()),
+    )
+    .await
+}
+
 /// Queue the webhook's notice of a new pending approval: its arguments
 /// preview redacted of the connection's secrets before it is cut short
 /// (a secret cut in half would not be recognised).

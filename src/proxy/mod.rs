@@ -95,6 +95,12 @@ struct Decided {
     /// approvals recorded then.
     legacy_sha256: Option<String>,
     arguments: Option<String>,
+    /// For a held call: its arguments' shape (names and JSON types), kept
+    /// with its approval as evidence for approvals that learn.
+    shape: Option<String>,
+    /// For a call an `@ask("learn")` permit holds: what the prediction
+    /// did, and why (redacted), when one was made.
+    predicted: Option<(crate::authz::predict::Action, String)>,
 }
 
 /// Handle one request to the data plane.
@@ -178,6 +184,7 @@ async fn audit(
     let duration_us = started.elapsed().as_micros() as i64;
     for d in access.decisions {
         let (verdict, reason) = d.audited();
+        state.metrics.decision(d.counted());
         state
             .audit
             .record(AuditRecord {
@@ -392,7 +399,14 @@ async fn proxy(
         return Err(ProxyError::AuditUnavailable);
     }
     bind_held(&mut access.decisions, &r.sub_path, &parts, &body);
-    enforce(state, &caller, r.connection_id, &mut access.decisions).await?;
+    enforce(
+        state,
+        &caller,
+        r.connection_id,
+        &upstream,
+        &mut access.decisions,
+    )
+    .await?;
 
     // Forward: strip, inject, send on the pooled client. An OAuth
     // credential's token is fetched first when none is fresh, and once more
@@ -572,8 +586,8 @@ async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
 
 impl Decided {
     fn new(state: &State, ask: &AuthzRequest<'_>, verdict: Verdict) -> Decided {
-        let legacy_sha256 =
-            matches!(verdict, Verdict::Ask(_)).then(|| arguments_digest(ask.arguments));
+        let verdict_is_ask = matches!(verdict, Verdict::Ask(_));
+        let legacy_sha256 = verdict_is_ask.then(|| arguments_digest(ask.arguments));
         Decided {
             rpc_method: ask.rpc_method.map(str::to_string),
             action: crate::authz::action_name(ask.http_method, ask.rpc_method),
@@ -591,7 +605,32 @@ impl Decided {
                 .arguments
                 .filter(|_| state.config.audit_arguments)
                 .map(str::to_string),
+            shape: verdict_is_ask.then(|| crate::authz::predict::model::shape(ask.arguments)),
+            predicted: None,
         }
+    }
+
+    /// What decided, for `/metrics`: the policies, a person, or a
+    /// prediction.
+    fn counted(&self) -> crate::telemetry::metrics::Decision {
+        use crate::authz::predict::Action;
+        use crate::telemetry::metrics::{Decision, DecisionAction as A, DecisionSource as S};
+        let (action, source) = match (&self.settled, &self.predicted) {
+            (Some(Settled::Granted(_)), _) => (A::Allow, S::Person),
+            (Some(Settled::Denied(_)), _) => (A::Deny, S::Person),
+            (_, Some((Action::Allow, _))) => (A::Allow, S::Prediction),
+            (_, Some((Action::Deny, _))) => (A::Deny, S::Prediction),
+            (_, Some((Action::Ask, _))) => (A::Ask, S::Prediction),
+            _ => (
+                match self.verdict {
+                    Verdict::Allow(_) => A::Allow,
+                    Verdict::Deny(_) => A::Deny,
+                    Verdict::Ask(_) => A::Ask,
+                },
+                S::Policy,
+            ),
+        };
+        Decision { action, source }
     }
 
     /// The verdict and its reason as the audit trail records them.
@@ -601,9 +640,24 @@ impl Decided {
             Some(g) => format!("{s}; {g}"),
             None => s,
         };
+        let with_prediction = |s: String| match &self.predicted {
+            Some((_, why)) => with(format!("{s}; {why}")),
+            None => with(s),
+        };
+        if let (None, Some((action, why))) = (&self.settled, &self.predicted) {
+            use crate::authz::predict::Action;
+            match action {
+                Action::Allow => return ("allow", Some(with(why.clone()))),
+                Action::Deny => return ("deny", Some(with(why.clone()))),
+                Action::Ask => {}
+            }
+        }
         match &self.settled {
             Some(Settled::Granted(id)) => ("allow", Some(with(format!("approval {id} granted")))),
-            Some(Settled::Pending(id)) => ("ask", Some(with(format!("approval {id} pending")))),
+            Some(Settled::Pending(id)) => (
+                "ask",
+                Some(with_prediction(format!("approval {id} pending"))),
+            ),
             Some(Settled::Denied(id)) => {
                 ("deny", Some(format!("approval {id} denied by a person")))
             }
@@ -663,6 +717,7 @@ async fn enforce(
     state: &State,
     caller: &crate::model::Caller,
     connection_id: &str,
+    upstream: &crate::model::Upstream,
     decided: &mut [Decided],
 ) -> Result<(), ProxyError> {
     let single = decided.len() == 1;
@@ -686,30 +741,114 @@ async fn enforce(
             )),
         });
     }
-    let asked: Vec<usize> = (0..decided.len())
+    let mut asked: Vec<usize> = (0..decided.len())
         .filter(|&i| matches!(decided[i].verdict, Verdict::Ask(_)))
         .collect();
     if asked.is_empty() {
         return Ok(());
     }
-    let held: Vec<Held> = asked
-        .iter()
-        .map(|&i| {
-            let d = &decided[i];
-            Held {
-                key: CallKey {
-                    caller: caller.name.clone(),
-                    connection: connection_id.to_string(),
-                    rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.to_string()),
-                    tool: d.tool.clone().unwrap_or_default(),
-                    arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
-                },
-                legacy_sha256: d.legacy_sha256.clone(),
-                reason: d.verdict.grounds().summary(),
-                shown: d.shown.clone(),
-            }
-        })
+    let held_call = |i: usize| {
+        let d = &decided[i];
+        Held {
+            key: CallKey {
+                caller: caller.name.clone(),
+                connection: connection_id.to_string(),
+                rpc_method: d.rpc_method.clone().unwrap_or_else(|| d.action.to_string()),
+                tool: d.tool.clone().unwrap_or_default(),
+                arguments_sha256: d.call_sha256.clone().unwrap_or_default(),
+            },
+            legacy_sha256: d.legacy_sha256.clone(),
+            reason: d.verdict.grounds().summary(),
+            shown: d.shown.clone(),
+            credential: Some(upstream.credential.clone()),
+            shape: d.shape.clone(),
+        }
+    };
+    let mut held: Vec<Held> = asked.iter().map(|&i| held_call(i)).collect();
+
+    // Approvals that learn: for each call an `@ask("learn")` permit holds
+    // (and no person's record of it stands), a prediction may answer for
+    // the person. A predicted denial refuses the request; a predicted
+    // allow lets that call through without a record; an ask (or any
+    // failure to predict) holds it as before, the prediction's reason
+    // kept with the approval.
+    let learning: Vec<usize> = (0..asked.len())
+        .filter(|&k| decided[asked[k]].verdict.grounds().learn)
         .collect();
+    if !learning.is_empty() {
+        let redactor = upstream.redactor();
+        for k in learning {
+            let i = asked[k];
+            let question = crate::authz::predict::Question {
+                caller: caller.name.clone(),
+                connection: connection_id.to_string(),
+                credential: upstream.credential.clone(),
+                tool: decided[i].tool.clone().unwrap_or_default(),
+                rpc_method: held[k].key.rpc_method.clone(),
+                shape: decided[i].shape.clone().unwrap_or_default(),
+                arguments: decided[i]
+                    .arguments
+                    .as_deref()
+                    .and_then(|a| serde_json::value::RawValue::from_string(a.to_string()).ok()),
+            };
+            let Some(outcome) = held::predict(state, &held[k], question.clone())
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "looking up a held call's records failed");
+                    ProxyError::ApprovalUnavailable
+                })?
+            else {
+                continue;
+            };
+            let why = redactor.text(&outcome.reason(&question)).into_owned();
+            held[k].reason = Some(match &held[k].reason {
+                Some(r) => format!("{why}; {r}"),
+                None => why.clone(),
+            });
+            decided[i].predicted = Some((outcome.action(), why));
+        }
+        use crate::authz::predict::Action;
+        if let Some(k) = (0..asked.len())
+            .find(|&k| matches!(decided[asked[k]].predicted, Some((Action::Deny, _))))
+        {
+            let d = &decided[asked[k]];
+            let why = d
+                .predicted
+                .as_ref()
+                .map(|p| p.1.clone())
+                .unwrap_or_default();
+            if let Err(e) = held::remember_denial(state, &held[k].key).await {
+                tracing::error!(error = %e, "recording a predicted denial failed");
+                return Err(ProxyError::ApprovalUnavailable);
+            }
+            return Err(match &d.tool {
+                Some(tool) if single => ProxyError::ToolPredictedDenied {
+                    tool: tool.clone(),
+                    connection: connection(),
+                    why,
+                },
+                _ => ProxyError::Denied(format!(
+                    "{} on connection {} was denied: {why}. A person can still decide it: send the same request again and it is held for a person",
+                    d.action,
+                    connection(),
+                )),
+            });
+        }
+        // Predicted allows go through without a record.
+        let mut k = 0;
+        asked.retain(|&i| {
+            let keep = !matches!(decided[i].predicted, Some((Action::Allow, _)));
+            if !keep {
+                held.remove(k);
+            } else {
+                k += 1;
+            }
+            keep
+        });
+        if asked.is_empty() {
+            return Ok(());
+        }
+    }
     let settled = held::hold(state, &held).await.map_err(|e| match e {
         approvals::SettleError::TooManyPending { .. } => {
             ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)

@@ -94,8 +94,8 @@ impl Store {
         let r = sqlx::query(
             "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
              arguments_sha256, reason, status, expires_at, sub_path, query, session, \
-             sealed_call) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11, $12, $13)",
+             sealed_call, credential, shape) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(&a.id)
         .bind(a.created_at)
@@ -110,6 +110,8 @@ impl Store {
         .bind(&a.shown.query)
         .bind(&a.shown.session)
         .bind(&a.sealed_call)
+        .bind(&a.credential)
+        .bind(&a.shape)
         .execute(&self.pool)
         .await;
         match r {
@@ -332,6 +334,12 @@ impl Store {
             .await?;
             if r.rows_affected() == 1 {
                 Self::bump(&mut tx).await?;
+                // A person's answer to a pending call is evidence for
+                // approvals that learn; written after the revision row is
+                // locked (see `Store::evidence_after`).
+                if stored == Status::Pending && matches!(to, Status::Granted | Status::Denied) {
+                    Self::record_answer(&mut tx, id, to == Status::Granted, now_ms).await?;
+                }
                 self.commit(tx).await?;
                 return Ok(to);
             }
@@ -370,5 +378,7 @@ fn approval_row(r: &sqlx::any::AnyRow, now: i64) -> Result<Approval, StoreError>
             params: r.try_get("params")?,
         },
         sealed_call: r.try_get("sealed_call")?,
+        credential: r.try_get("credential")?,
+        shape: r.try_get("shape")?,
     })
 }

@@ -26,6 +26,7 @@ mod audit;
 mod callers;
 mod connections;
 mod credentials;
+pub mod evidence;
 pub mod model;
 pub mod oauth;
 

@@ -253,6 +253,10 @@ pub struct NewApproval {
     /// Why it is held: the `@ask` policies or the authorizer's reason.
     pub reason: Option<String>,
     pub shown: Shown,
+    /// The connection's credential and the arguments' shape (names and
+    /// JSON types), for approvals that learn (`crate::authz::predict`).
+    pub credential: Option<String>,
+    pub shape: Option<String>,
 }
 
 /// An approval as stored. Rows recorded before calls were bound whole
@@ -283,6 +287,10 @@ pub struct Approval {
     /// master key; never listed itself.
     #[serde(skip)]
     pub sealed_call: Option<Vec<u8>>,
+    /// The connection's credential and the arguments' shape, when recorded
+    /// (approvals since approvals learn).
+    pub credential: Option<String>,
+    pub shape: Option<String>,
 }
 
 /// One decision, as stored.

@@ -103,7 +103,35 @@ pub struct Metrics {
     bytes_out: AtomicU64,
     /// Token requests by credential and outcome (rare: a lock is fine).
     token_refreshes: Mutex<BTreeMap<(String, bool), u64>>,
+    /// Authorization decisions by action and source ([`Decision`]).
+    decisions: [[AtomicU64; 3]; 3],
 }
+
+/// What an authorization decision did, and who made it: the policies (or
+/// the external authorizer composed behind them), a person (an approval
+/// granted or denied), or a prediction of a person's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub action: DecisionAction,
+    pub source: DecisionSource,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionAction {
+    Allow = 0,
+    Deny = 1,
+    Ask = 2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionSource {
+    Policy = 0,
+    Person = 1,
+    Prediction = 2,
+}
+
+const DECISION_ACTIONS: [&str; 3] = ["allow", "deny", "ask"];
+const DECISION_SOURCES: [&str; 3] = ["policy", "person", "prediction"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -120,6 +148,7 @@ impl Default for Metrics {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             token_refreshes: Mutex::new(BTreeMap::new()),
+            decisions: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 }
@@ -132,6 +161,11 @@ pub struct Gauges {
 }
 
 impl Metrics {
+    /// Count one authorization decision.
+    pub fn decision(&self, d: Decision) {
+        self.decisions[d.action as usize][d.source as usize].fetch_add(1, Relaxed);
+    }
+
     /// Count one finished request.
     pub fn request(&self, outcome: Outcome, status: u16, refusal: Option<Reason>) {
         if let Some(i) = status
@@ -315,6 +349,21 @@ impl Metrics {
                 escape(cred)
             );
         }
+        head(
+            &mut o,
+            "tessera_decisions_total",
+            "counter",
+            "Authorization decisions, by action (allow, deny, ask) and source (policy, person, prediction).",
+        );
+        for (a, row) in DECISION_ACTIONS.iter().zip(&self.decisions) {
+            for (s, c) in DECISION_SOURCES.iter().zip(row) {
+                let _ = writeln!(
+                    o,
+                    "tessera_decisions_total{{action=\"{a}\",source=\"{s}\"}} {}",
+                    c.load(Relaxed)
+                );
+            }
+        }
         gauge(
             &mut o,
             "tessera_audit_queue_depth",
@@ -398,6 +447,10 @@ mod tests {
         m.bytes_out(25);
         m.token_refresh("gh", true);
         m.token_refresh("gh", false);
+        m.decision(Decision {
+            action: DecisionAction::Allow,
+            source: DecisionSource::Prediction,
+        });
         let guard = m.stream_opened();
         let text = m.render(&Gauges {
             audit_queue_depth: 3,
@@ -419,6 +472,8 @@ mod tests {
             "tessera_token_refreshes_total{credential=\"gh\",outcome=\"ok\"} 1",
             "tessera_token_refreshes_total{credential=\"gh\",outcome=\"failed\"} 1",
             "tessera_audit_queue_depth 3",
+            "tessera_decisions_total{action=\"allow\",source=\"prediction\"} 1",
+            "tessera_decisions_total{action=\"allow\",source=\"policy\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -191,6 +191,8 @@ async fn a_grant_ends_at_its_ttl_and_after_its_uses() {
         legacy_sha256: None,
         reason: Some("ask-for-writes".into()),
         shown: Default::default(),
+        credential: None,
+        shape: None,
     };
     let first = approvals::settle(store, &[held("{}")], 0).await.unwrap();
     let Settled::Pending(id) = &first[0] else {

@@ -303,6 +303,8 @@ async fn the_console_pages_through_every_pending_approval() {
                 sealed_call: None,
                 reason: None,
                 shown: Default::default(),
+                credential: None,
+                shape: None,
             })
             .await
             .unwrap();
