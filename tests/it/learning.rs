@@ -552,10 +552,11 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
         .find(|l| l["level"] == "exact")
         .expect("no exact level")
         .clone();
-    assert_eq!(
-        (&exact["grants"], &exact["denials"]),
-        (&json!(10), &json!(0))
-    );
+    // Answers weigh less as they age (the half-life): ten fresh grants
+    // weigh nearly 10.
+    let grants = exact["grants"].as_f64().unwrap();
+    assert!((grants - 10.0).abs() < 0.01, "{exact}");
+    assert_eq!(exact["denials"].as_f64(), Some(0.0), "{exact}");
     assert!(exact["lower"].as_f64().unwrap() > 0.75, "{exact}");
     let text = explain("agent", &ca, false);
     assert!(text.contains("0.75") && text.contains("0.2"), "{text}");
@@ -573,7 +574,7 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
         .find(|l| l["level"] == "tool")
         .expect("no tool level")
         .clone();
-    assert_eq!(tool["grants"], 10, "{e}");
+    assert!((tool["grants"].as_f64().unwrap() - 10.0).abs() < 0.01, "{e}");
     let text = explain("other", &cb, false);
     assert!(text.lines().any(|l| l.trim() == "action: ask"), "{text}");
 
