@@ -745,3 +745,77 @@ async fn config_check_shows_the_thresholds_and_refuses_crossed_costs() {
     );
     assert!(said.contains("--cost-ask"), "{said}");
 }
+
+/// A JSON-RPC batch of `tools/call`s of (tool, arguments).
+fn batch(calls: &[(u32, &str, Value)]) -> String {
+    let items: Vec<Value> = calls
+        .iter()
+        .map(|(id, tool, args)| serde_json::from_str(&call(*id, tool, args.clone())).unwrap())
+        .collect();
+    Value::Array(items).to_string()
+}
+
+#[tokio::test]
+async fn in_a_batch_each_call_is_predicted_and_one_held_call_holds_it_whole() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+
+    // A learned call beside a plainly allowed one: forwarded whole.
+    let (s, v) = post_json(
+        &a,
+        batch(&[(11, "run_tests", suite(11)), (12, "search", json!({}))]),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(up.seen().len(), 1);
+
+    // A learned call beside one nobody answered: held whole, the learned
+    // one given no approval.
+    let before = approvals(&p).await;
+    let (s, v) = post_json(
+        &a,
+        batch(&[(13, "run_tests", suite(13)), (14, "run_lint", suite(14))]),
+    )
+    .await;
+    assert_eq!(s, 403, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("approval ap_"),
+        "{v}"
+    );
+    assert_eq!(approvals(&p).await, before + 1);
+    let newest = &p.store().approvals(false, 1).await.unwrap()[0];
+    assert_eq!(newest.key.tool, "run_lint");
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_batch_denied_by_prediction_is_held_for_a_person_when_sent_again() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_build", 1..=14).await;
+    answer(&p, &ids, "deny");
+
+    // Two calls the model denies, in one batch.
+    let twice = batch(&[(15, "run_build", suite(15)), (16, "run_build", suite(16))]);
+    let (s, v) = post_json(&a, twice.clone()).await;
+    assert_eq!(s, 403, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("send the same request again"), "{msg}");
+    let before = approvals(&p).await;
+
+    // As the answer says: the same request again is held for a person.
+    let (s, v) = post_json(&a, twice).await;
+    assert_eq!(s, 403, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("approval ap_"),
+        "the batch's retry was not held for a person: {msg}"
+    );
+    assert_eq!(approvals(&p).await, before + 2);
+    assert!(up.seen().is_empty());
+}
