@@ -574,7 +574,10 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
         .find(|l| l["level"] == "tool")
         .expect("no tool level")
         .clone();
-    assert!((tool["grants"].as_f64().unwrap() - 10.0).abs() < 0.01, "{e}");
+    assert!(
+        (tool["grants"].as_f64().unwrap() - 10.0).abs() < 0.01,
+        "{e}"
+    );
     let text = explain("other", &cb, false);
     assert!(text.lines().any(|l| l.trim() == "action: ask"), "{text}");
 
@@ -728,13 +731,19 @@ async fn the_console_shows_the_prediction_of_a_pending_approval() {
 #[tokio::test]
 async fn config_check_shows_the_thresholds_and_refuses_crossed_costs() {
     let dir = Proxy::dir();
-    let out = ok(cli(dir.path(), &["config", "check"]));
+    let prediction_line = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("prediction"))
+            .unwrap_or_else(|| panic!("no thresholds: {out}"))
+            .to_string()
+    };
     // The defaults (100, 5, 1): allow above 0.99, deny below 0.2.
-    assert!(out.contains("0.99") && out.contains("0.2"), "{out}");
+    let line = prediction_line(&ok(cli(dir.path(), &["config", "check"])));
+    assert!(line.contains("0.99") && line.contains("0.2"), "{line}");
     let mut args = vec!["config", "check"];
     args.extend(COST_FLAGS);
-    let out = ok(cli(dir.path(), &args));
-    assert!(out.contains("0.75") && out.contains("0.2"), "{out}");
+    let line = prediction_line(&ok(cli(dir.path(), &args)));
+    assert!(line.contains("0.75") && line.contains("0.2"), "{line}");
     // Asking costs so much that deny's threshold passes allow's.
     let o = cli(dir.path(), &["config", "check", "--cost-ask", "10"]);
     assert!(!o.status.success());
@@ -783,7 +792,10 @@ async fn in_a_batch_each_call_is_predicted_and_one_held_call_holds_it_whole() {
     .await;
     assert_eq!(s, 403, "{v}");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("approval ap_"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("approval ap_"),
         "{v}"
     );
     assert_eq!(approvals(&p).await, before + 1);
@@ -817,5 +829,22 @@ async fn a_batch_denied_by_prediction_is_held_for_a_person_when_sent_again() {
         "the batch's retry was not held for a person: {msg}"
     );
     assert_eq!(approvals(&p).await, before + 2);
+    assert!(up.seen().is_empty());
+}
+
+/// Forgetting: with a half-life of a millisecond, answers given even a few
+/// milliseconds ago (each grant is a CLI process of its own, far longer)
+/// weigh next to nothing, so ten grants are too few answers to act on.
+#[tokio::test]
+async fn old_answers_weigh_less() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|c| c.predict.half_life = Duration::from_millis(1)).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
+    let id = approval_in(&v);
+    let reason = show(&p, &id)["reason"].as_str().unwrap_or("").to_string();
+    assert!(reason.contains("too few answers"), "{reason}");
     assert!(up.seen().is_empty());
 }
