@@ -848,3 +848,32 @@ async fn old_answers_weigh_less() {
     assert!(reason.contains("too few answers"), "{reason}");
     assert!(up.seen().is_empty());
 }
+
+/// The credential's secret, wherever an agent puts it (a tool's name, an
+/// argument's name, an argument's value with --audit-arguments), never
+/// reaches the predictor: it is redacted as the webhook's notice and the
+/// audit reason are.
+#[tokio::test]
+async fn the_predictor_never_gets_the_credentials_secret() {
+    let up = Upstream::start().await;
+    let (url, _, mut got) = predictor((200, json!({"p": 0.5}).to_string())).await;
+    let p = learn_proxy(|c| {
+        c.predict.url = Some(url);
+        c.audit_arguments = true;
+    })
+    .await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    for (n, tool, args) in [
+        (1, "run_tests".to_string(), json!({SECRET: 1})),
+        (2, format!("run_{SECRET}"), json!({})),
+        (3, "run_tests".to_string(), json!({"suite": SECRET})),
+    ] {
+        let (_, v) = post_json(&a, call(n, &tool, args)).await;
+        approval_in(&v);
+        let body = soon(got.recv()).await.unwrap();
+        assert!(
+            !body.contains(SECRET),
+            "call {n}: the secret reached the predictor: {body}"
+        );
+    }
+}
