@@ -99,8 +99,12 @@ fn connection_of(a: &Agent) -> String {
         .to_string()
 }
 
-/// The test costs: allow above 0.75, deny below 0.2.
-fn test_costs(c: &mut tessera::config::ServeConfig) {
+/// The test costs: allow above 0.75, deny below 0.2. The prediction's
+/// deadline is a generous 5 s, not the default 50 ms: a test machine under
+/// load must not turn a prediction into an ask (the deadline has a test of
+/// its own).
+fn test_settings(c: &mut tessera::config::ServeConfig) {
+    c.predict.timeout = Duration::from_secs(5);
     c.predict.costs.wrong_allow = 4.0;
     c.predict.costs.wrong_deny = 5.0;
     c.predict.costs.ask = 1.0;
@@ -122,7 +126,7 @@ async fn learn_proxy(tweak: impl FnOnce(&mut tessera::config::ServeConfig)) -> P
     Proxy::start_with_policies(
         Proxy::dir(),
         |c| {
-            test_costs(c);
+            test_settings(c);
             tweak(c);
         },
         policies_with(&["learn-from-approvals"]),
@@ -621,7 +625,7 @@ async fn plain_ask_never_predicts() {
     let up = Upstream::start().await;
     let p = Proxy::start_with_policies(
         Proxy::dir(),
-        test_costs,
+        test_settings,
         policies_with(&["ask-for-writes", "learn-from-approvals"]),
     )
     .await;
