@@ -186,7 +186,7 @@ pub struct ServeConfig {
     /// The whole token request, connect to answer.
     pub token_timeout: Duration,
     /// Approvals that learn: costs, deadline, predictor, forgetting.
-    pub predict: crate::authz::predict::Settings,
+    pub predict: PredictSettings,
 }
 
 /// The serve settings as given (flag > environment > settings file >
@@ -588,6 +588,114 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
     })
 }
 
+// Approvals that learn (`crate::authz::predict`): the costs, the thresholds
+// they give, and the settings. Here, below the model, because a setting that
+// cannot be used stops the process before any port is bound.
+
+/// The default `--predict-timeout-ms`.
+pub const DEFAULT_PREDICT_TIMEOUT: Duration = Duration::from_millis(50);
+/// The default `--predict-half-life`.
+pub const DEFAULT_HALF_LIFE: &str = "30d";
+/// What the organization pays for each kind of mistake, in any one unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Costs {
+    /// A call allowed that a person would have denied.
+    pub wrong_allow: f64,
+    /// A call refused that a person would have approved.
+    pub wrong_deny: f64,
+    /// A person's time, answering.
+    pub ask: f64,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Costs {
+            wrong_allow: 100.0,
+            wrong_deny: 5.0,
+            ask: 1.0,
+        }
+    }
+}
+
+/// The probabilities of approval past which allowing, or below which
+/// denying, costs less than asking.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Thresholds {
+    pub allow: f64,
+    pub deny: f64,
+}
+
+/// Costs that cannot be used, named by their settings.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CostError {
+    #[error("{0} must be a number greater than zero")]
+    NotPositive(&'static str),
+    #[error("--cost-wrong-allow {wrong_allow}, --cost-wrong-deny {wrong_deny} and --cost-ask {ask} make the thresholds cross (allow above {allow:.3}, deny below {deny:.3}): asking a person would never be the cheapest action. Lower --cost-ask or raise the costs of a wrong answer")]
+    Cross {
+        wrong_allow: f64,
+        wrong_deny: f64,
+        ask: f64,
+        allow: f64,
+        deny: f64,
+    },
+}
+
+impl Costs {
+    /// With p the probability that a person approves: allowing costs
+    /// (1 − p) × wrong_allow, denying p × wrong_deny, asking `ask`. Allow
+    /// is cheapest above `max(1 − ask/wrong_allow, wrong_allow/(wrong_allow
+    /// + wrong_deny))`, deny below `min(ask/wrong_deny, …)`. Refused when
+    /// they meet or cross (asking would never be cheapest).
+    pub fn thresholds(&self) -> Result<Thresholds, CostError> {
+        for (v, name) in [
+            (self.wrong_allow, "--cost-wrong-allow"),
+            (self.wrong_deny, "--cost-wrong-deny"),
+            (self.ask, "--cost-ask"),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(CostError::NotPositive(name));
+            }
+        }
+        let tie = self.wrong_allow / (self.wrong_allow + self.wrong_deny);
+        let allow = (1.0 - self.ask / self.wrong_allow).max(tie);
+        let deny = (self.ask / self.wrong_deny).min(tie);
+        if allow <= deny {
+            return Err(CostError::Cross {
+                wrong_allow: self.wrong_allow,
+                wrong_deny: self.wrong_deny,
+                ask: self.ask,
+                allow,
+                deny,
+            });
+        }
+        Ok(Thresholds { allow, deny })
+    }
+}
+
+/// How predictions are made (`serve` settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictSettings {
+    /// `--cost-wrong-allow`, `--cost-wrong-deny`, `--cost-ask`.
+    pub costs: Costs,
+    /// `--predict-timeout-ms`: a prediction not made within it asks.
+    pub timeout: Duration,
+    /// `--predictor-url`: the operator's own model, instead of the built-in.
+    pub url: Option<url::Url>,
+    /// `--predict-half-life`: an answer this old weighs half.
+    pub half_life: Duration,
+}
+
+impl Default for PredictSettings {
+    fn default() -> Self {
+        PredictSettings {
+            costs: Costs::default(),
+            timeout: DEFAULT_PREDICT_TIMEOUT,
+            url: None,
+            half_life: Duration::from_secs(30 * 86_400),
+        }
+    }
+}
+
 /// The settings of approvals that learn, as `serve` and `approval
 /// explain` take them.
 #[derive(Debug, Clone, clap::Args)]
@@ -614,7 +722,7 @@ pub struct PredictArgs {
     pub predictor_url: Option<String>,
     /// How fast people's answers are forgotten: an answer this old weighs
     /// half as much as one given now (12h, 30d).
-    #[arg(long, env = "TESSERA_PREDICT_HALF_LIFE", default_value = crate::authz::predict::DEFAULT_HALF_LIFE)]
+    #[arg(long, env = "TESSERA_PREDICT_HALF_LIFE", default_value = DEFAULT_HALF_LIFE)]
     pub predict_half_life: String,
 }
 
@@ -626,15 +734,15 @@ impl Default for PredictArgs {
             cost_ask: 1.0,
             predict_timeout_ms: 50,
             predictor_url: None,
-            predict_half_life: crate::authz::predict::DEFAULT_HALF_LIFE.into(),
+            predict_half_life: DEFAULT_HALF_LIFE.into(),
         }
     }
 }
 
 /// The settings of approvals that learn: costs whose thresholds cross are
 /// refused here, naming them.
-pub fn predict_settings(raw: &PredictArgs) -> Result<crate::authz::predict::Settings, ConfigError> {
-    let costs = crate::authz::predict::Costs {
+pub fn predict_settings(raw: &PredictArgs) -> Result<PredictSettings, ConfigError> {
+    let costs = Costs {
         wrong_allow: raw.cost_wrong_allow,
         wrong_deny: raw.cost_wrong_deny,
         ask: raw.cost_ask,
@@ -642,7 +750,7 @@ pub fn predict_settings(raw: &PredictArgs) -> Result<crate::authz::predict::Sett
     costs
         .thresholds()
         .map_err(|e| ConfigError::Costs(e.to_string()))?;
-    Ok(crate::authz::predict::Settings {
+    Ok(PredictSettings {
         costs,
         timeout: match raw.predict_timeout_ms {
             0 => return Err(ConfigError::Zero("--predict-timeout-ms")),
@@ -721,6 +829,43 @@ impl RawServe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_come_from_the_costs() {
+        let th = Costs::default().thresholds().unwrap();
+        assert!((th.allow - 0.99).abs() < 1e-12, "{th:?}");
+        assert!((th.deny - 0.2).abs() < 1e-12, "{th:?}");
+        let th = Costs {
+            wrong_allow: 4.0,
+            wrong_deny: 5.0,
+            ask: 1.0,
+        }
+        .thresholds()
+        .unwrap();
+        assert!((th.allow - 0.75).abs() < 1e-12 && (th.deny - 0.2).abs() < 1e-12);
+        // Asking costs as much as a wrong allow: never the cheapest.
+        let crossed = Costs {
+            ask: 10.0,
+            ..Costs::default()
+        }
+        .thresholds()
+        .unwrap_err();
+        let text = crossed.to_string();
+        assert!(
+            text.contains("--cost-ask 10") && text.contains("cross"),
+            "{text}"
+        );
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let c = Costs {
+                wrong_deny: bad,
+                ..Costs::default()
+            };
+            assert_eq!(
+                c.thresholds(),
+                Err(CostError::NotPositive("--cost-wrong-deny"))
+            );
+        }
+    }
 
     fn raw() -> RawServe {
         RawServe::defaults("127.0.0.1:7470".parse().unwrap())

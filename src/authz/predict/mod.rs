@@ -24,43 +24,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Uri};
 
+pub use crate::config::{
+    PredictSettings as Settings, DEFAULT_HALF_LIFE, DEFAULT_PREDICT_TIMEOUT as DEFAULT_TIMEOUT,
+};
 pub use model::{Action, Costs, Level, Prediction, Subject, Thresholds};
 
 use crate::store::Store;
 use crate::upstream::pool::UpstreamClient;
 
-/// The default `--predict-timeout-ms`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
-/// The default `--predict-half-life`.
-pub const DEFAULT_HALF_LIFE: &str = "30d";
 /// The largest answer read from a predictor.
 const MAX_ANSWER_BYTES: usize = 16 * 1024;
 /// The longest reason kept from a predictor (it reaches the audit trail).
 const MAX_REASON_CHARS: usize = 200;
-
-/// How predictions are made (`serve` settings).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    /// `--cost-wrong-allow`, `--cost-wrong-deny`, `--cost-ask`.
-    pub costs: Costs,
-    /// `--predict-timeout-ms`: a prediction not made within it asks.
-    pub timeout: Duration,
-    /// `--predictor-url`: the operator's own model, instead of the built-in.
-    pub url: Option<url::Url>,
-    /// `--predict-half-life`: an answer this old weighs half.
-    pub half_life: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            costs: Costs::default(),
-            timeout: DEFAULT_TIMEOUT,
-            url: None,
-            half_life: Duration::from_secs(30 * 86_400),
-        }
-    }
-}
 
 /// A held call, as a prediction sees it: no argument values unless
 /// `--audit-arguments` (and then only for the operator's predictor).

@@ -23,6 +23,8 @@
 
 use std::collections::HashMap;
 
+pub use crate::config::{CostError, Costs, Thresholds};
+
 /// The one-sided credible level of the bounds.
 pub const CREDIBLE: f64 = 0.95;
 /// The (decayed) answers a level needs before it decides rather than
@@ -31,82 +33,6 @@ pub const MIN_EVIDENCE: f64 = 3.0;
 /// A decayed weight below this counts as no answer at all (a denial
 /// forgotten to a hundredth does not block).
 const NEGLIGIBLE: f64 = 0.5;
-
-/// What the organization pays for each kind of mistake, in any one unit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Costs {
-    /// A call allowed that a person would have denied.
-    pub wrong_allow: f64,
-    /// A call refused that a person would have approved.
-    pub wrong_deny: f64,
-    /// A person's time, answering.
-    pub ask: f64,
-}
-
-impl Default for Costs {
-    fn default() -> Self {
-        Costs {
-            wrong_allow: 100.0,
-            wrong_deny: 5.0,
-            ask: 1.0,
-        }
-    }
-}
-
-/// The probabilities of approval past which allowing, or below which
-/// denying, costs less than asking.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Thresholds {
-    pub allow: f64,
-    pub deny: f64,
-}
-
-/// Costs that cannot be used, named by their settings.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum CostError {
-    #[error("{0} must be a number greater than zero")]
-    NotPositive(&'static str),
-    #[error("--cost-wrong-allow {wrong_allow}, --cost-wrong-deny {wrong_deny} and --cost-ask {ask} make the thresholds cross (allow above {allow:.3}, deny below {deny:.3}): asking a person would never be the cheapest action. Lower --cost-ask or raise the costs of a wrong answer")]
-    Cross {
-        wrong_allow: f64,
-        wrong_deny: f64,
-        ask: f64,
-        allow: f64,
-        deny: f64,
-    },
-}
-
-impl Costs {
-    /// With p the probability that a person approves: allowing costs
-    /// (1 − p) × wrong_allow, denying p × wrong_deny, asking `ask`. Allow
-    /// is cheapest above `max(1 − ask/wrong_allow, wrong_allow/(wrong_allow
-    /// + wrong_deny))`, deny below `min(ask/wrong_deny, …)`. Refused when
-    /// they meet or cross (asking would never be cheapest).
-    pub fn thresholds(&self) -> Result<Thresholds, CostError> {
-        for (v, name) in [
-            (self.wrong_allow, "--cost-wrong-allow"),
-            (self.wrong_deny, "--cost-wrong-deny"),
-            (self.ask, "--cost-ask"),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(CostError::NotPositive(name));
-            }
-        }
-        let tie = self.wrong_allow / (self.wrong_allow + self.wrong_deny);
-        let allow = (1.0 - self.ask / self.wrong_allow).max(tie);
-        let deny = (self.ask / self.wrong_deny).min(tie);
-        if allow <= deny {
-            return Err(CostError::Cross {
-                wrong_allow: self.wrong_allow,
-                wrong_deny: self.wrong_deny,
-                ask: self.ask,
-                allow,
-                deny,
-            });
-        }
-        Ok(Thresholds { allow, deny })
-    }
-}
 
 /// The three actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -512,43 +438,6 @@ mod tests {
         (0..n)
             .map(|i| answer(caller, tool, shape, true, i as i64))
             .collect()
-    }
-
-    #[test]
-    fn thresholds_come_from_the_costs() {
-        let th = Costs::default().thresholds().unwrap();
-        assert!((th.allow - 0.99).abs() < 1e-12, "{th:?}");
-        assert!((th.deny - 0.2).abs() < 1e-12, "{th:?}");
-        let th = Costs {
-            wrong_allow: 4.0,
-            wrong_deny: 5.0,
-            ask: 1.0,
-        }
-        .thresholds()
-        .unwrap();
-        assert!((th.allow - 0.75).abs() < 1e-12 && (th.deny - 0.2).abs() < 1e-12);
-        // Asking costs as much as a wrong allow: never the cheapest.
-        let crossed = Costs {
-            ask: 10.0,
-            ..Costs::default()
-        }
-        .thresholds()
-        .unwrap_err();
-        let text = crossed.to_string();
-        assert!(
-            text.contains("--cost-ask 10") && text.contains("cross"),
-            "{text}"
-        );
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            let c = Costs {
-                wrong_deny: bad,
-                ..Costs::default()
-            };
-            assert_eq!(
-                c.thresholds(),
-                Err(CostError::NotPositive("--cost-wrong-deny"))
-            );
-        }
     }
 
     #[test]
