@@ -334,5 +334,55 @@ fn audit_batch(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(micro, benches, audit_batch);
+/// One prediction of a person's answer (approvals that learn) from the
+/// in-memory model: 1,000 callers × 20 tools × 3 shapes of answers, each
+/// key with a dozen. Held calls alone pay it. Target: ≤ 2 µs. Also the
+/// argument shape of the realistic `tools/call` above.
+fn prediction(c: &mut Criterion) {
+    use tessera::authz::predict::model::{shape, Answer, Model, Subject};
+    let mut m = Model::new(std::time::Duration::from_secs(30 * 86_400));
+    let shapes = [
+        "{suite:string}",
+        "{suite:string,verbose:boolean}",
+        "{path:string}",
+    ];
+    let mut at = 1_796_300_000_000;
+    for caller in 0..1_000 {
+        for tool in 0..20 {
+            for s in shapes {
+                for n in 0..12 {
+                    at += 1;
+                    m.add(&Answer {
+                        at,
+                        caller: format!("agent-{caller}"),
+                        credential: Some("gh".into()),
+                        tool: format!("run_tool_{tool}"),
+                        shape: Some(s.into()),
+                        granted: n != 5,
+                    });
+                }
+            }
+        }
+    }
+    let t = tessera::authz::predict::Costs::default()
+        .thresholds()
+        .unwrap();
+    let s = Subject {
+        caller: "agent-417",
+        credential: "gh",
+        tool: "run_tool_7",
+        shape: "{suite:string,verbose:boolean}",
+    };
+    c.bench_function(
+        "predict: one held call (in-memory model, 60,000 keys)",
+        |b| b.iter(|| m.predict(black_box(&s), &t, at + 1_000)),
+    );
+    let args = std::str::from_utf8(TOOLS_CALL).unwrap();
+    let args = &args[args.find("\"arguments\":").unwrap() + 12..args.find(",\"_meta\"").unwrap()];
+    c.bench_function("predict: the argument shape of a tools/call", |b| {
+        b.iter(|| shape(Some(black_box(args))))
+    });
+}
+
+criterion_group!(micro, benches, audit_batch, prediction);
 criterion_main!(micro);

@@ -643,9 +643,10 @@ pub enum CostError {
 impl Costs {
     /// With p the probability that a person approves: allowing costs
     /// (1 − p) × wrong_allow, denying p × wrong_deny, asking `ask`. Allow
-    /// is cheapest above `max(1 − ask/wrong_allow, wrong_allow/(wrong_allow
-    /// + wrong_deny))`, deny below `min(ask/wrong_deny, …)`. Refused when
-    /// they meet or cross (asking would never be cheapest).
+    /// is cheapest above `max(1 − ask/wrong_allow, tie)` and deny below
+    /// `min(ask/wrong_deny, tie)`, where `tie = wrong_allow / (wrong_allow +
+    /// wrong_deny)`. Refused when they meet or cross (asking would never be
+    /// cheapest).
     pub fn thresholds(&self) -> Result<Thresholds, CostError> {
         for (v, name) in [
             (self.wrong_allow, "--cost-wrong-allow"),

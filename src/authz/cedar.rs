@@ -1195,6 +1195,50 @@ mod tests {
     }
 
     #[test]
+    fn ask_learn_lets_a_prediction_answer_unless_a_plain_ask_also_holds() {
+        let p = with_examples(&["learn-from-approvals"]);
+        let w = world(&p);
+        let t = monday_at(10);
+        let e = ask(
+            &p,
+            &w,
+            "agent",
+            "c-agent",
+            "tools/call",
+            Some("run_tests"),
+            t,
+        );
+        assert!(e.allowed && e.ask && e.learn, "{e:?}");
+        let e = ask(&p, &w, "agent", "c-agent", "tools/call", Some("search"), t);
+        assert!(e.allowed && !e.ask && !e.learn, "{e:?}");
+        // A plain @ask that also holds the call: a person is asked.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.cedar"),
+            "@id(\"plain\")\n@ask\npermit (principal, action, resource);\n\
+             @id(\"learnt\")\n@ask(\"learn\")\npermit (principal, action, resource);\n",
+        )
+        .unwrap();
+        let p = Policies::load_dir(dir.path()).unwrap();
+        let w = world(&p);
+        let e = ask(&p, &w, "agent", "c-agent", "tools/call", Some("x"), t);
+        assert!(e.ask && !e.learn, "{e:?}");
+    }
+
+    #[test]
+    fn an_unknown_ask_value_is_refused() {
+        let errs = errors_of(&[(
+            "a.cedar",
+            "@id(\"x\")\n@ask(\"lern\")\npermit (principal, action, resource);\n",
+        )]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].contains("a.cedar:2: policy \"x\": @ask(\"lern\") is not known"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn every_example_validates_together() {
         let p = with_examples(&[
             "read-only",
@@ -1202,8 +1246,9 @@ mod tests {
             "group-one-upstream",
             "business-hours",
             "ask-for-writes",
+            "learn-from-approvals",
         ]);
-        assert_eq!(p.len(), 6);
+        assert_eq!(p.len(), 7);
     }
 
     #[test]

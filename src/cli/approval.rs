@@ -383,8 +383,8 @@ async fn explain(
                 e.level.as_str().to_string(),
                 model::count(e.grants),
                 model::count(e.denials),
-                format!("{:.3}", e.lower),
-                format!("{:.3}", e.upper),
+                e.lower.map_or("-".into(), |x| format!("{x:.3}")),
+                e.upper.map_or("-".into(), |x| format!("{x:.3}")),
                 if Some(e.level) == p.level {
                     "decides".into()
                 } else if e.grants + e.denials < model::MIN_EVIDENCE {

@@ -747,6 +747,7 @@ async fn enforce(
     if asked.is_empty() {
         return Ok(());
     }
+    let redactor = upstream.redactor();
     let held_call = |i: usize| {
         let d = &decided[i];
         Held {
@@ -761,7 +762,9 @@ async fn enforce(
             reason: d.verdict.grounds().summary(),
             shown: d.shown.clone(),
             credential: Some(upstream.credential.clone()),
-            shape: d.shape.clone(),
+            // Argument names are the agent's words: kept (and shown, and
+            // sent to a predictor) with the connection's secret redacted.
+            shape: d.shape.as_deref().map(|s| redactor.text(s).into_owned()),
         }
     };
     let mut held: Vec<Held> = asked.iter().map(|&i| held_call(i)).collect();
@@ -776,20 +779,23 @@ async fn enforce(
         .filter(|&k| decided[asked[k]].verdict.grounds().learn)
         .collect();
     if !learning.is_empty() {
-        let redactor = upstream.redactor();
         for k in learning {
             let i = asked[k];
+            // What the agent chose (tool, argument names, the arguments
+            // with --audit-arguments) leaves redacted, as everything tessera
+            // writes does: a predictor is another party (found by the tests).
             let question = crate::authz::predict::Question {
                 caller: caller.name.clone(),
                 connection: connection_id.to_string(),
                 credential: upstream.credential.clone(),
-                tool: decided[i].tool.clone().unwrap_or_default(),
+                tool: redactor
+                    .text(decided[i].tool.as_deref().unwrap_or_default())
+                    .into_owned(),
                 rpc_method: held[k].key.rpc_method.clone(),
-                shape: decided[i].shape.clone().unwrap_or_default(),
-                arguments: decided[i]
-                    .arguments
-                    .as_deref()
-                    .and_then(|a| serde_json::value::RawValue::from_string(a.to_string()).ok()),
+                shape: held[k].shape.clone().unwrap_or_default(),
+                arguments: decided[i].arguments.as_deref().and_then(|a| {
+                    serde_json::value::RawValue::from_string(redactor.text(a).into_owned()).ok()
+                }),
             };
             let Some(outcome) = held::predict(state, &held[k], question.clone())
                 .await
@@ -808,19 +814,25 @@ async fn enforce(
             decided[i].predicted = Some((outcome.action(), why));
         }
         use crate::authz::predict::Action;
-        if let Some(k) = (0..asked.len())
-            .find(|&k| matches!(decided[asked[k]].predicted, Some((Action::Deny, _))))
-        {
+        let denied: Vec<usize> = (0..asked.len())
+            .filter(|&k| matches!(decided[asked[k]].predicted, Some((Action::Deny, _))))
+            .collect();
+        if let Some(&k) = denied.first() {
+            // Every call denied by prediction is remembered, so that the
+            // same request sent again is held for a person whole (found
+            // by the tests: a batch's second denial was denied again).
+            for &j in &denied {
+                if let Err(e) = held::remember_denial(state, &held[j].key).await {
+                    tracing::error!(error = %e, "recording a predicted denial failed");
+                    return Err(ProxyError::ApprovalUnavailable);
+                }
+            }
             let d = &decided[asked[k]];
             let why = d
                 .predicted
                 .as_ref()
                 .map(|p| p.1.clone())
                 .unwrap_or_default();
-            if let Err(e) = held::remember_denial(state, &held[k].key).await {
-                tracing::error!(error = %e, "recording a predicted denial failed");
-                return Err(ProxyError::ApprovalUnavailable);
-            }
             return Err(match &d.tool {
                 Some(tool) if single => ProxyError::ToolPredictedDenied {
                     tool: tool.clone(),

@@ -139,10 +139,26 @@ impl Store {
     }
 
     /// Whether a person's record of this very call stands: a pending
-    /// request, a denial, or a grant in force. A prediction never speaks
-    /// over one.
+    /// request, a denial, a grant in force, or a grant a person revoked (a
+    /// "no" to this call, later). A prediction never speaks over one.
     pub async fn call_has_record(&self, k: &CallKey, now_ms: i64) -> Result<bool, StoreError> {
-        Ok(self.open_approval(k, now_ms).await?.is_some()
-            || self.live_grant(k, now_ms).await?.is_some())
+        if self.open_approval(k, now_ms).await?.is_some()
+            || self.live_grant(k, now_ms).await?.is_some()
+        {
+            return Ok(true);
+        }
+        let revoked: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM approvals \
+             WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
+               AND arguments_sha256 = $5 AND status = 'revoked'",
+        )
+        .bind(&k.caller)
+        .bind(&k.connection)
+        .bind(&k.rpc_method)
+        .bind(&k.tool)
+        .bind(&k.arguments_sha256)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(revoked > 0)
     }
 }

@@ -321,7 +321,7 @@ impl Predictor {
         let l = self.up_to_date().await?;
         Ok(qs
             .iter()
-            .map(|q| l.model.predict(&q.subject(), &self.thresholds, now_ms))
+            .map(|q| l.model.explain(&q.subject(), &self.thresholds, now_ms))
             .collect())
     }
 
@@ -399,7 +399,7 @@ pub async fn explain(
             granted: r.granted,
         });
     }
-    Ok(m.predict(&q.subject(), &thresholds, now_ms))
+    Ok(m.explain(&q.subject(), &thresholds, now_ms))
 }
 
 /// A predictor's answer: `{"p": 0.97, "reason": "…"}` with `p` a number
@@ -608,9 +608,7 @@ mod tests {
         assert_eq!(
             o,
             Outcome::Model(model::decide(
-                model::Model::new(Duration::from_secs(1))
-                    .evidence(&question().subject(), 0)
-                    .to_vec(),
+                model::Model::new(Duration::from_secs(1)).evidence(&question().subject(), 0),
                 &p.thresholds()
             ))
         );

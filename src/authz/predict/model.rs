@@ -154,21 +154,51 @@ pub struct Evidence {
     /// Decayed to the time of the prediction.
     pub grants: f64,
     pub denials: f64,
-    /// The one-sided [`CREDIBLE`] bounds of the probability of approval.
-    pub lower: f64,
-    pub upper: f64,
+    /// The one-sided [`CREDIBLE`] bounds of the probability of approval,
+    /// when computed: a prediction computes only the one its action rests
+    /// on (each is an inverse incomplete beta, the costliest step);
+    /// [`Model::explain`] computes all.
+    pub lower: Option<f64>,
+    pub upper: Option<f64>,
 }
 
 impl Evidence {
     fn of(level: Level, grants: f64, denials: f64) -> Evidence {
-        let (a, b) = (1.0 + grants, 1.0 + denials);
         Evidence {
             level,
             grants,
             denials,
-            lower: statrs::function::beta::inv_beta_reg(a, b, 1.0 - CREDIBLE),
-            upper: statrs::function::beta::inv_beta_reg(a, b, CREDIBLE),
+            lower: None,
+            upper: None,
         }
+    }
+
+    /// The posterior's parameters: Beta(1 + grants, 1 + denials).
+    fn beta(&self) -> (f64, f64) {
+        (1.0 + self.grants, 1.0 + self.denials)
+    }
+
+    fn lower(&self) -> f64 {
+        let (a, b) = self.beta();
+        statrs::function::beta::inv_beta_reg(a, b, 1.0 - CREDIBLE)
+    }
+
+    fn upper(&self) -> f64 {
+        let (a, b) = self.beta();
+        statrs::function::beta::inv_beta_reg(a, b, CREDIBLE)
+    }
+
+    /// Whether the lower bound is above `t`: P(p ≤ t) < 1 − CREDIBLE, one
+    /// incomplete beta rather than its inverse.
+    fn surely_above(&self, t: f64) -> bool {
+        let (a, b) = self.beta();
+        statrs::function::beta::beta_reg(a, b, t) < 1.0 - CREDIBLE
+    }
+
+    /// Whether the upper bound is below `t`: P(p ≤ t) > CREDIBLE.
+    fn surely_below(&self, t: f64) -> bool {
+        let (a, b) = self.beta();
+        statrs::function::beta::beta_reg(a, b, t) > CREDIBLE
     }
 
     fn answers(&self) -> f64 {
@@ -187,13 +217,13 @@ pub struct Prediction {
     /// The level that decided (`None`: none had enough answers).
     pub level: Option<Level>,
     /// Every level's evidence, most specific first.
-    pub levels: Vec<Evidence>,
+    pub levels: [Evidence; 3],
     pub thresholds: Thresholds,
 }
 
 impl Prediction {
     /// One short line: `would allow: p 0.762 from 10 grants, 0 denials at
-    /// exact (allow above 0.75)`.
+    /// exact (allow above 0.75, deny below 0.2)`.
     pub fn summary(&self) -> String {
         let t = &self.thresholds;
         let bounds = format!("allow above {}, deny below {}", prob(t.allow), prob(t.deny));
@@ -285,21 +315,36 @@ impl Model {
     /// The action of least expected cost for `s` at `now`, by the rules of
     /// this module.
     pub fn predict(&self, s: &Subject<'_>, t: &Thresholds, now: i64) -> Prediction {
-        decide(self.evidence(s, now).to_vec(), t)
+        decide(self.evidence(s, now), t)
+    }
+
+    /// [`Model::predict`] with every level's bounds, to show.
+    pub fn explain(&self, s: &Subject<'_>, t: &Thresholds, now: i64) -> Prediction {
+        let mut p = self.predict(s, t, now);
+        for e in &mut p.levels {
+            e.lower = Some(e.lower());
+            e.upper = Some(e.upper());
+        }
+        p
     }
 }
 
 /// The decision on each level's evidence (most specific first).
-pub fn decide(levels: Vec<Evidence>, t: &Thresholds) -> Prediction {
+pub fn decide(mut levels: [Evidence; 3], t: &Thresholds) -> Prediction {
     let deciding = levels.iter().position(|e| e.answers() >= MIN_EVIDENCE);
-    let (action, p) = match deciding.map(|i| (i, &levels[i])) {
+    let (action, p) = match deciding {
         None => (Action::Ask, None),
-        Some((i, e)) => {
+        Some(i) => {
             let denied_closer = levels[..i].iter().any(|m| m.denials >= NEGLIGIBLE);
-            if e.lower > t.allow && e.level != Level::Tool && !denied_closer {
-                (Action::Allow, Some(e.lower))
-            } else if e.upper < t.deny {
-                (Action::Deny, Some(e.upper))
+            let e = &mut levels[i];
+            if e.level != Level::Tool && !denied_closer && e.surely_above(t.allow) {
+                let lower = e.lower();
+                e.lower = Some(lower);
+                (Action::Allow, Some(lower))
+            } else if e.surely_below(t.deny) {
+                let upper = e.upper();
+                e.upper = Some(upper);
+                (Action::Deny, Some(upper))
             } else {
                 let mean = (1.0 + e.grants) / (2.0 + e.answers());
                 (Action::Ask, Some(mean))
@@ -448,7 +493,8 @@ mod tests {
         let nine = model(&grants(9, "agent", "run_tests", "{suite:string}"));
         let p = nine.predict(&s, &th, 10);
         assert_eq!(p.action, Action::Ask, "{p:?}");
-        assert!((p.levels[0].lower - 0.05f64.powf(1.0 / 10.0)).abs() < 1e-9);
+        let e = nine.explain(&s, &th, 10);
+        assert!((e.levels[0].lower.unwrap() - 0.05f64.powf(1.0 / 10.0)).abs() < 1e-9);
         let ten = model(&grants(10, "agent", "run_tests", "{suite:string}"));
         let p = ten.predict(&s, &th, 10);
         assert_eq!((p.action, p.level), (Action::Allow, Some(Level::Exact)));
