@@ -628,7 +628,7 @@ pub struct Thresholds {
 /// Costs that cannot be used, named by their settings.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CostError {
-    #[error("{0} must be a number greater than zero")]
+    #[error("{0} must be a finite number greater than zero")]
     NotPositive(&'static str),
     #[error("--cost-wrong-allow {wrong_allow}, --cost-wrong-deny {wrong_deny} and --cost-ask {ask} make the thresholds cross (allow above {allow:.3}, deny below {deny:.3}): asking a person would never be the cheapest action. Lower --cost-ask or raise the costs of a wrong answer")]
     Cross {

@@ -79,13 +79,26 @@ pub async fn run(
         serve_admin(&state, addr, admin_stopped).await?;
     }
     let cfg = &state.config;
+    let t = state.prediction.thresholds();
     tracing::info!(
         listen = %listener.local_addr().map_or_else(|_| cfg.listen.to_string(), |a| a.to_string()),
         public_url = %cfg.public_url,
         max_connections = cfg.max_connections,
         max_connections_per_source = cfg.max_connections_per_source,
+        predict_allow_above = t.allow,
+        predict_deny_below = t.deny,
+        predictor = if state.prediction.external() { "--predictor-url" } else { "built-in" },
         "tessera serving"
     );
+    // Costs that allow a call a person more likely denies than approves
+    // are the operator's to choose, but seldom meant (found by a new user
+    // who swapped the two costs).
+    if t.allow < 0.5 {
+        tracing::warn!(
+            allow_above = t.allow,
+            "approvals that learn allow calls a person would more likely deny than approve: --cost-wrong-allow is low for --cost-wrong-deny and --cost-ask"
+        );
+    }
     // What admin commands print connection URLs on when not told: this
     // process's public URL (the bound port when it listens on port 0).
     let served = match (cfg.public_url.port(), listener.local_addr()) {

@@ -46,3 +46,6 @@ CREATE TABLE predicted_denials (
     at               BIGINT NOT NULL,   -- unix milliseconds
     PRIMARY KEY (caller, connection, tool, arguments_sha256)
 );
+-- Rows older than --approval-ttl no longer count and are pruned as new ones
+-- are written.
+CREATE INDEX predicted_denials_at ON predicted_denials (at);

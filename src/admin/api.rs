@@ -81,7 +81,9 @@ impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> Self {
         use AdminError as A;
         let status = match &e {
-            A::Store(StoreError::NotFound { .. }) => StatusCode::NOT_FOUND,
+            A::Store(StoreError::NotFound { .. }) | A::NotTheCallers { .. } => {
+                StatusCode::NOT_FOUND
+            }
             A::Store(
                 StoreError::Duplicate { .. }
                 | StoreError::Revoked { .. }
@@ -412,6 +414,8 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(grant_approval))
         .routes(routes!(deny_approval))
         .routes(routes!(revoke_approval))
+        .routes(routes!(explain_prediction))
+        .routes(routes!(forget_evidence))
         .routes(routes!(query_audit))
         .routes(routes!(admin_audit))
         .routes(routes!(policies_in_force))
@@ -1086,6 +1090,97 @@ async fn revoke_approval(
         .approval_revoke(&id)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- approvals that learn --------------------------------------------------
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExplainQuery {
+    /// The caller making the call.
+    caller: String,
+    /// The connection (id or URL) the call goes to.
+    #[param(
+        pattern = "^([A-Za-z0-9_-]{1,64}|https?://[^ ]*/c/[A-Za-z0-9_-]{1,64}(/mcp|/sse)?/?)$"
+    )]
+    connection: String,
+    /// The tool called.
+    tool: String,
+    /// The call's arguments as JSON text (only their names and types count;
+    /// 422 when it is not JSON).
+    arguments: Option<String>,
+}
+
+/// What approvals that learn (`@ask("learn")`) would do with this call now:
+/// the predicted probability that a person approves it, the evidence at
+/// each level, the thresholds from this serve's costs, and the action.
+#[utoipa::path(get, path = "/v1/approval-evidence/explain", tag = "approvals",
+    params(ExplainQuery),
+    responses((status = 200, body = service::Explanation), (status = 404, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn explain_prediction(
+    AxState(s): AxState<Arc<State>>,
+    Params(q): Params<ExplainQuery>,
+) -> ApiResult<Json<service::Explanation>> {
+    let redactor = s
+        .snapshot
+        .load()
+        .connections
+        .get(service::connection_id(&q.connection)?)
+        .map(|c| c.upstream.redactor());
+    let redact = |t: &str| match &redactor {
+        Some(r) => r.text(t).into_owned(),
+        None => t.to_string(),
+    };
+    Ok(Json(
+        service::explain(
+            &s.store,
+            &s.config.predict,
+            &q.caller,
+            &q.connection,
+            &q.tool,
+            q.arguments.as_deref(),
+            redact,
+        )
+        .await?,
+    ))
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetBody {
+    /// Only this caller's answers.
+    caller: Option<String>,
+    /// Only answers about this tool.
+    tool: Option<String>,
+    /// Every answer (required when neither caller nor tool is given).
+    #[serde(default)]
+    all: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Forgotten {
+    /// How many answers were dropped.
+    forgotten: u64,
+}
+
+/// Drop the answers people gave that approvals that learn predict from (a
+/// person changed their mind about a class of calls): a caller's, a tool's,
+/// or with `all` every one. Recorded in the admin audit.
+#[utoipa::path(post, path = "/v1/approval-evidence/forget", tag = "approvals",
+    request_body = ForgetBody,
+    responses((status = 200, body = Forgotten), (status = 400, body = ApiError),
+        (status = 415, body = ApiError), (status = 422, body = ApiError),
+        (status = 401, body = ApiError)))]
+async fn forget_evidence(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Body(b): Body<ForgetBody>,
+) -> ApiResult<Json<Forgotten>> {
+    let forgotten = service::Admin::new(&s.store, &actor)
+        .approval_forget(b.caller.as_deref(), b.tool.as_deref(), b.all)
+        .await?;
+    Ok(Json(Forgotten { forgotten }))
 }
 
 // ---- audit ---------------------------------------------------------------

@@ -442,8 +442,9 @@ async fn render(c: &Console, admin: &str, csrf: &str, view: View<'_>) -> Respons
         for (n, a) in pending.iter().enumerate() {
             let prediction = match predictions.get(n) {
                 Some(p) if a.key.rpc_method == "tools/call" => format!(
-                    "{}<br><span class=muted>shape <code>{}</code></span>",
-                    esc(&p.summary()),
+                    "a new call like this: would {} ({})<br><span class=muted>shape <code>{}</code></span>",
+                    p.action.as_str(),
+                    esc(&p.grounds()),
                     esc(a.shape.as_deref().unwrap_or("not recorded"))
                 ),
                 _ => "-".to_string(),

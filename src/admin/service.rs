@@ -31,6 +31,14 @@ pub enum AdminError {
     BadUpstream(String, &'static str),
     #[error("{0:?} is neither a connection id nor a tessera connection URL")]
     BadConnection(String),
+    /// Explaining a call on a connection that is not the caller's: serve
+    /// never gets that far.
+    #[error("connection {connection} belongs to caller {owner:?}, not {caller:?}: serve answers {caller:?}'s calls on it 404 before any policy or prediction")]
+    NotTheCallers {
+        connection: String,
+        owner: String,
+        caller: String,
+    },
     #[error("invalid --token-url {0:?}: {1}")]
     BadTokenUrl(String, &'static str),
     #[error("refused {0} {1:?}: {2}")]
@@ -327,6 +335,11 @@ impl<'a> Admin<'a> {
             if caller.is_none() && tool.is_none() && !all {
                 return Err(AdminError::Refused(
                     "say whose answers to forget: --caller NAME, --tool T, or --all for every answer",
+                ));
+            }
+            if all && (caller.is_some() || tool.is_some()) {
+                return Err(AdminError::Refused(
+                    "--all forgets every answer: give it alone, or name a caller or a tool",
                 ));
             }
             Ok(s.forget_evidence(caller, tool).await?)
@@ -1044,7 +1057,13 @@ pub(super) async fn connection_add(
 pub fn connection_id(id_or_url: &str) -> Result<&str, AdminError> {
     let bad = || AdminError::BadConnection(id_or_url.to_string());
     let id = match id_or_url.find("/c/") {
-        Some(i) if id_or_url.contains("://") => id_or_url[i + 3..].trim_end_matches('/'),
+        // The address, or one of its aliases for clients (`…/mcp`, `…/sse`).
+        Some(i) if id_or_url.contains("://") => {
+            let tail = id_or_url[i + 3..].trim_end_matches('/');
+            tail.strip_suffix("/mcp")
+                .or_else(|| tail.strip_suffix("/sse"))
+                .unwrap_or(tail)
+        }
         _ => id_or_url,
     };
     let ok = !id.is_empty()
@@ -1052,6 +1071,143 @@ pub fn connection_id(id_or_url: &str) -> Result<&str, AdminError> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     ok.then_some(id).ok_or_else(bad)
+}
+
+/// What approvals that learn make of a call, as `approval explain` and
+/// the admin API show it.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Explanation {
+    /// `allow`, `deny` or `ask`: what a prediction would do now.
+    pub action: String,
+    /// The bound the action rests on (the lower bound for allow, the upper
+    /// for deny, the posterior mean for ask); null with too few answers.
+    pub p: Option<f64>,
+    /// The level that decides (`exact`, `caller-tool`, `tool`); null when
+    /// none has enough answers.
+    pub level: Option<String>,
+    /// Each level's evidence, most specific first.
+    pub levels: Vec<LevelEvidence>,
+    pub thresholds: ShownThresholds,
+    pub caller: String,
+    /// The connection's full id.
+    pub connection: String,
+    pub credential: String,
+    pub tool: String,
+    /// The arguments' names and JSON types.
+    pub shape: String,
+    /// The line the audit trail would carry.
+    pub reason: String,
+    /// serve asks the operator's predictor (`--predictor-url`) instead of
+    /// this model.
+    pub predictor_url: bool,
+}
+
+/// One level's evidence: decayed answers and the 95% bounds on p.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct LevelEvidence {
+    pub level: String,
+    pub grants: f64,
+    pub denials: f64,
+    /// The answers recorded, whole (3 or more for a level to decide).
+    pub answers: u32,
+    pub lower: Option<f64>,
+    pub upper: Option<f64>,
+    /// This level decides.
+    pub decides: bool,
+}
+
+/// The prediction's thresholds, from the costs.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ShownThresholds {
+    /// Allow above this p.
+    pub allow: f64,
+    /// Deny below this p.
+    pub deny: f64,
+}
+
+/// What the built-in model makes now of `caller` calling `tool` with
+/// `arguments` (JSON text; only names and types count) on the connection
+/// `connection` (id or URL), with `settings`' costs and half-life, from
+/// every answer in the store. The tool and argument names are shown
+/// redacted with `redact` (the connection's secrets, when known).
+pub async fn explain(
+    store: &Store,
+    settings: &crate::config::PredictSettings,
+    caller: &str,
+    connection: &str,
+    tool: &str,
+    arguments: Option<&str>,
+    redact: impl Fn(&str) -> String,
+) -> Result<Explanation, AdminError> {
+    use crate::authz::predict::{self, model};
+    let id = connection_id(connection)?;
+    // The full id, or the first eight characters or more of it as listings
+    // and the agent's messages show it, when no other id starts so.
+    let mut found: Vec<_> = store
+        .connections()
+        .await?
+        .into_iter()
+        .filter(|c| c.id == id || (id.len() >= 8 && c.id.starts_with(id)))
+        .collect();
+    let conn = match found.len() {
+        1 => found.remove(0),
+        _ => match found.into_iter().find(|c| c.id == id) {
+            Some(c) => c,
+            None => {
+                return Err(StoreError::NotFound {
+                    kind: "connection",
+                    name: id.to_string(),
+                }
+                .into())
+            }
+        },
+    };
+    if conn.caller != caller {
+        return Err(AdminError::NotTheCallers {
+            connection: conn.id.chars().take(8).collect(),
+            owner: conn.caller,
+            caller: caller.to_string(),
+        });
+    }
+    let q = predict::Question {
+        caller: caller.to_string(),
+        connection: conn.id.clone(),
+        credential: conn.credential.clone(),
+        tool: redact(tool),
+        rpc_method: "tools/call".into(),
+        shape: redact(&model::shape(arguments)),
+        arguments: None,
+    };
+    let p = predict::explain(store, settings, &q, crate::telemetry::time::now_ms()).await?;
+    Ok(Explanation {
+        action: p.action.as_str().into(),
+        p: p.p,
+        level: p.level.map(|l| l.as_str().into()),
+        levels: p
+            .levels
+            .iter()
+            .map(|e| LevelEvidence {
+                level: e.level.as_str().into(),
+                grants: e.grants,
+                denials: e.denials,
+                answers: e.answers,
+                lower: e.lower,
+                upper: e.upper,
+                decides: Some(e.level) == p.level,
+            })
+            .collect(),
+        thresholds: ShownThresholds {
+            allow: p.thresholds.allow,
+            deny: p.thresholds.deny,
+        },
+        reason: predict::Outcome::Model(p).reason(&q),
+        caller: q.caller,
+        connection: q.connection,
+        credential: q.credential,
+        tool: q.tool,
+        shape: q.shape,
+        predictor_url: settings.url.is_some(),
+    })
 }
 
 pub(super) async fn connection_revoke(store: &Store, id_or_url: &str) -> Result<(), AdminError> {

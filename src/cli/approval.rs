@@ -83,7 +83,7 @@ pub(crate) enum ApprovalCmd {
         #[arg(long)]
         tool: Option<String>,
         /// Every answer (required when neither --caller nor --tool is given).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["caller", "tool"])]
         all: bool,
     },
 }
@@ -276,8 +276,13 @@ pub(crate) async fn approval(at: &Place, c: ApprovalCmd) -> Result<()> {
             let n = Admin::new(&store, CLI)
                 .approval_forget(caller.as_deref(), tool.as_deref(), all)
                 .await?;
+            let said = format!("forgot {n} {}", if n == 1 { "answer" } else { "answers" });
             at.say(
-                format!("forgot {n} {}", if n == 1 { "answer" } else { "answers" }),
+                if n == 0 {
+                    format!("{said}: none matched (names and tools compare exactly, letter case included)")
+                } else {
+                    said
+                },
                 serde_json::json!({"forgotten": n}),
             );
         }
@@ -303,91 +308,54 @@ async fn explain(
     arguments: Option<String>,
     predict: tessera::config::PredictArgs,
 ) -> Result<()> {
-    use tessera::authz::predict::{self, model};
+    use tessera::authz::predict::model;
     let settings = tessera::config::predict_settings(&predict)?;
     if let Some(a) = &arguments {
         serde_json::from_str::<serde_json::Value>(a)
             .map_err(|e| anyhow::anyhow!("--arguments is not JSON: {e}"))?;
     }
-    // A connection URL names its id last (`…/c/<id>` or `…/c/<id>/mcp`).
-    let id = connection
-        .trim_end_matches('/')
-        .trim_end_matches("/mcp")
-        .trim_end_matches("/sse")
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let conn = store
-        .connections()
-        .await?
-        .into_iter()
-        .find(|c| c.id == id)
-        .ok_or_else(|| anyhow::anyhow!("no connection {id:?}"))?;
-    if conn.caller != caller {
-        eprintln!(
-            "note: connection {} belongs to caller {}, not {caller}: serve answers {caller}'s calls on it 404 before any policy",
-            &conn.id[..conn.id.len().min(8)],
-            conn.caller
-        );
-    }
-    let q = predict::Question {
-        caller,
-        connection: conn.id.clone(),
-        credential: conn.credential.clone(),
-        tool,
-        rpc_method: "tools/call".into(),
-        shape: model::shape(arguments.as_deref()),
-        arguments: None,
-    };
-    let now = tessera::telemetry::time::now_ms();
-    let p = predict::explain(store, &settings, &q, now).await?;
+    let e = service::explain(
+        store,
+        &settings,
+        &caller,
+        &connection,
+        &tool,
+        arguments.as_deref(),
+        |s| s.to_string(),
+    )
+    .await?;
     if at.json {
-        out!(
-            "{}",
-            serde_json::json!({
-                "action": p.action,
-                "p": p.p,
-                "level": p.level,
-                "levels": p.levels,
-                "thresholds": p.thresholds,
-                "shape": q.shape,
-                "credential": q.credential,
-                "predictor_url": settings.url.is_some(),
-                "reason": predict::Outcome::Model(p.clone()).reason(&q),
-            })
-        );
+        out!("{}", serde_json::to_string(&e)?);
         return Ok(());
     }
-    let t = &p.thresholds;
     out!(
         "call: caller {}, credential {}, tool {}, shape {}",
-        q.caller,
-        q.credential,
-        q.tool,
-        q.shape
+        e.caller,
+        e.credential,
+        e.tool,
+        e.shape
     );
     out!(
         "thresholds: allow above p = {}, deny below p = {} (costs: wrong allow {}, wrong deny {}, ask {})",
-        model::prob(t.allow),
-        model::prob(t.deny),
+        model::prob(e.thresholds.allow),
+        model::prob(e.thresholds.deny),
         settings.costs.wrong_allow,
         settings.costs.wrong_deny,
         settings.costs.ask
     );
-    let rows: Vec<Vec<String>> = p
+    let rows: Vec<Vec<String>> = e
         .levels
         .iter()
-        .map(|e| {
+        .map(|l| {
             vec![
-                e.level.as_str().to_string(),
-                model::count(e.grants),
-                model::count(e.denials),
-                e.lower.map_or("-".into(), |x| format!("{x:.3}")),
-                e.upper.map_or("-".into(), |x| format!("{x:.3}")),
-                if Some(e.level) == p.level {
+                l.level.clone(),
+                model::count(l.grants),
+                model::count(l.denials),
+                l.lower.map_or("-".into(), |x| format!("{x:.3}")),
+                l.upper.map_or("-".into(), |x| format!("{x:.3}")),
+                if l.decides {
                     "decides".into()
-                } else if e.grants + e.denials < model::MIN_EVIDENCE {
+                } else if l.answers < model::MIN_EVIDENCE {
                     "too few answers".into()
                 } else {
                     "-".into()
@@ -396,10 +364,20 @@ async fn explain(
         })
         .collect();
     print_table(&["LEVEL", "GRANTS", "DENIALS", "LOWER", "UPPER", ""], &rows);
-    out!("{}", predict::Outcome::Model(p.clone()).reason(&q));
-    out!("action: {}", p.action.as_str());
-    if settings.url.is_some() {
-        out!("note: serve asks the predictor at --predictor-url instead of this model");
+    out!("{}", e.reason);
+    if e.predictor_url {
+        out!(
+            "action: decided by the predictor at --predictor-url (this model would: {})",
+            e.action
+        );
+    } else {
+        out!("action: {}", e.action);
     }
+    out!(
+        "(if an @ask(\"learn\") permit holds the call: `tessera policy explain --caller {} --connection {} --method tools/call --tool {}` tells whether one does)",
+        e.caller,
+        &e.connection,
+        e.tool
+    );
     Ok(())
 }

@@ -166,10 +166,14 @@ pub(crate) async fn policy(at: &Place, c: PolicyCmd) -> Result<()> {
                 time: std::time::SystemTime::now(),
             };
             let e = p.evaluate(&req);
-            let decision = match (e.allowed, e.ask) {
-                (true, false) => "allow",
-                (true, true) => "ask (a person approves each call)",
-                (false, _) => "deny",
+            let decision = match (e.allowed, e.ask, e.learn) {
+                (true, false, _) => "allow",
+                (true, true, false) => "ask (a person approves each call)",
+                (true, true, true) if method.as_deref() == Some("tools/call") => {
+                    "ask, learning (a prediction from people's answers may decide: tessera approval explain)"
+                }
+                (true, true, true) => "ask (a person approves each call: learning applies to tools/call only)",
+                (false, _, _) => "deny",
             };
             if at.json {
                 let v = serde_json::json!({

@@ -59,12 +59,11 @@ pub enum ProxyError {
     /// A lone `tools/call` denied by a prediction of a person's answer
     /// (`@ask("learn")`): answered as a tool result the model reads, which
     /// says a person can still be asked (its retry is held for one).
-    #[error("tessera refused the call of tool {tool:?} on connection {connection}: people have denied calls like it ({why}). It has not run. If it is needed, retry the same call: the retry is held for a person to decide.")]
-    ToolPredictedDenied {
-        tool: String,
-        connection: String,
-        why: String,
-    },
+    /// The model is not told the evidence (counts, levels, shapes): it
+    /// would learn when another spelling of its call gets through (found
+    /// by the attack review); the audit trail keeps it.
+    #[error("tessera refused the call of tool {tool:?} on connection {connection}: people have denied calls like it, so tessera predicts this one would be denied. It has not run. If it is needed, retry the same call (same arguments, on the same path and session): the retry is held for a person to decide.")]
+    ToolPredictedDenied { tool: String, connection: String },
     /// Any other request held for approval, or a batch with a held call.
     #[error("forbidden: {0}")]
     Held(String),

@@ -104,7 +104,13 @@ pub async fn predict(
     if denied_before {
         return Ok(Some(crate::authz::predict::Outcome::Retried));
     }
-    Ok(Some(state.prediction.predict(question, now).await))
+    let outcome = state.prediction.predict(question, now).await;
+    if let crate::authz::predict::Outcome::Failed(why) = &outcome {
+        // The call asks a person; the operator should still hear of it.
+        tracing::warn!(reason = %why, "a prediction failed: a person decides");
+        state.metrics.prediction_failed();
+    }
+    Ok(Some(outcome))
 }
 
 /// Remember that this call was denied by prediction, so that its retry is
@@ -113,9 +119,13 @@ pub async fn remember_denial(
     state: &State,
     key: &crate::store::model::CallKey,
 ) -> Result<(), crate::store::StoreError> {
+    let now = now_ms();
+    let ttl = i64::try_from(state.config.approval_ttl.as_millis()).unwrap_or(i64::MAX);
     crate::store::timed(
         state.config.db_timeout,
-        state.store.add_predicted_denial(key, now_ms()),
+        state
+            .store
+            .add_predicted_denial(key, now, now.saturating_sub(ttl)),
     )
     .await
 }

@@ -775,8 +775,12 @@ async fn enforce(
     // allow lets that call through without a record; an ask (or any
     // failure to predict) holds it as before, the prediction's reason
     // kept with the approval.
+    // Only tool calls are learnt: people's answers are kept per tool.
     let learning: Vec<usize> = (0..asked.len())
-        .filter(|&k| decided[asked[k]].verdict.grounds().learn)
+        .filter(|&k| {
+            let d = &decided[asked[k]];
+            d.verdict.grounds().learn && d.rpc_method.as_deref() == Some("tools/call")
+        })
         .collect();
     if !learning.is_empty() {
         for k in learning {
@@ -828,19 +832,13 @@ async fn enforce(
                 }
             }
             let d = &decided[asked[k]];
-            let why = d
-                .predicted
-                .as_ref()
-                .map(|p| p.1.clone())
-                .unwrap_or_default();
             return Err(match &d.tool {
                 Some(tool) if single => ProxyError::ToolPredictedDenied {
                     tool: tool.clone(),
                     connection: connection(),
-                    why,
                 },
                 _ => ProxyError::Denied(format!(
-                    "{} on connection {} was denied: {why}. A person can still decide it: send the same request again and it is held for a person",
+                    "{} on connection {} was denied: people have denied calls like it. A person can still decide it: send the same request again and it is held for a person",
                     d.action,
                     connection(),
                 )),

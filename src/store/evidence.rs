@@ -105,8 +105,19 @@ impl Store {
         Ok(n)
     }
 
-    /// Remember that this call was denied by prediction.
-    pub async fn add_predicted_denial(&self, k: &CallKey, now_ms: i64) -> Result<(), StoreError> {
+    /// Remember that this call was denied by prediction, and forget those
+    /// denied at or before `expired_ms` (which no longer count: found by the
+    /// attack review, the table grew by a row per new call otherwise).
+    pub async fn add_predicted_denial(
+        &self,
+        k: &CallKey,
+        now_ms: i64,
+        expired_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM predicted_denials WHERE at <= $1")
+            .bind(expired_ms)
+            .execute(&self.pool)
+            .await?;
         sqlx::query(
             "INSERT INTO predicted_denials (caller, connection, tool, arguments_sha256, at) \
              VALUES ($1, $2, $3, $4, $5) \

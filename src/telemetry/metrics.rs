@@ -105,6 +105,8 @@ pub struct Metrics {
     token_refreshes: Mutex<BTreeMap<(String, bool), u64>>,
     /// Authorization decisions by action and source ([`Decision`]).
     decisions: [[AtomicU64; 3]; 3],
+    /// Predictions that failed (and asked a person instead).
+    prediction_failures: AtomicU64,
 }
 
 /// What an authorization decision did, and who made it: the policies (or
@@ -149,6 +151,7 @@ impl Default for Metrics {
             bytes_out: AtomicU64::new(0),
             token_refreshes: Mutex::new(BTreeMap::new()),
             decisions: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            prediction_failures: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +164,11 @@ pub struct Gauges {
 }
 
 impl Metrics {
+    /// Count one prediction that failed (a person was asked instead).
+    pub fn prediction_failed(&self) {
+        self.prediction_failures.fetch_add(1, Relaxed);
+    }
+
     /// Count one authorization decision.
     pub fn decision(&self, d: Decision) {
         self.decisions[d.action as usize][d.source as usize].fetch_add(1, Relaxed);
@@ -364,6 +372,17 @@ impl Metrics {
                 );
             }
         }
+        head(
+            &mut o,
+            "tessera_prediction_failures_total",
+            "counter",
+            "Predictions of a person's answer that failed (deadline, predictor, database): each asked a person instead.",
+        );
+        let _ = writeln!(
+            o,
+            "tessera_prediction_failures_total {}",
+            self.prediction_failures.load(Relaxed)
+        );
         gauge(
             &mut o,
             "tessera_audit_queue_depth",
@@ -451,6 +470,7 @@ mod tests {
             action: DecisionAction::Allow,
             source: DecisionSource::Prediction,
         });
+        m.prediction_failed();
         let guard = m.stream_opened();
         let text = m.render(&Gauges {
             audit_queue_depth: 3,
@@ -474,6 +494,7 @@ mod tests {
             "tessera_audit_queue_depth 3",
             "tessera_decisions_total{action=\"allow\",source=\"prediction\"} 1",
             "tessera_decisions_total{action=\"allow\",source=\"policy\"} 0",
+            "tessera_prediction_failures_total 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

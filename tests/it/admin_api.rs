@@ -622,6 +622,7 @@ async fn every_admin_action_leaves_its_row() {
     assert!(!ran(&["approval", "revoke", "no-such-approval"]).0);
     assert!(ran(&["key", "rotate"]).0);
     assert!(ran(&["policy", "reload"]).0);
+    assert!(ran(&["approval", "forget", "--all"]).0);
 
     // The API.
     let body = |v: serde_json::Value| Some(v);
@@ -685,6 +686,11 @@ async fn every_admin_action_leaves_its_row() {
             None,
         ),
         (M::POST, "/v1/policies/reload".to_string(), None),
+        (
+            M::POST,
+            "/v1/approval-evidence/forget".to_string(),
+            body(json!({"tool": "run_tests"})),
+        ),
     ] {
         let (s, v) = call(m.clone(), format!("{api}{path}"), t, b).await;
         assert!(s != 401 && s != 405, "{m} {path}: {s} {v}");

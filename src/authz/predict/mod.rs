@@ -119,31 +119,18 @@ impl Outcome {
                     verdict_text(*action, Some(*p), thresholds)
                 )
             }
-            Outcome::Model(p) => {
-                let from = match p.evidence() {
-                    Some(e) => format!(
-                        " from {} grants, {} denials at {}",
-                        model::count(e.grants),
-                        model::count(e.denials),
-                        e.level.as_str()
-                    ),
-                    None => " from too few answers".into(),
-                };
-                format!(
-                    "{}{from} ({about})",
-                    verdict_text(p.action, p.p, &p.thresholds)
-                )
-            }
+            Outcome::Model(p) => format!("{} ({about})", p.grounds()),
         }
     }
 }
 
+/// The operator's predictor's verdict: its p, as compared.
 fn verdict_text(action: Action, p: Option<f64>, t: &Thresholds) -> String {
     let p = p.map_or_else(|| "unknown".to_string(), |p| format!("{p:.3}"));
     let (allow, deny) = (model::prob(t.allow), model::prob(t.deny));
     match action {
         Action::Allow => format!("predicted approval {p} > {allow}"),
-        Action::Deny => format!("predicted denial: approval at most {p} < {deny}"),
+        Action::Deny => format!("predicted denial: approval {p} < {deny}"),
         Action::Ask => {
             format!("predicted approval {p}, not above {allow} nor below {deny}: a person decides")
         }
@@ -289,18 +276,38 @@ impl Predictor {
 
     /// The model with every answer the store holds folded in: the new ones
     /// since the last read, or all of them again when evidence was
-    /// forgotten meanwhile. Held calls pay for this one read; nothing else
-    /// does.
+    /// forgotten meanwhile. Held calls pay for this read; nothing else
+    /// does. The store is read without the model's lock (which is held
+    /// only to fold rows in), so one slow read delays no other prediction
+    /// (found by the attack review).
     async fn up_to_date(&self) -> Result<tokio::sync::MutexGuard<'_, Loaded>, String> {
-        let mut l = self.loaded.lock().await;
         let db = |e: crate::store::StoreError| format!("reading the evidence: {e}");
         let generation = self.store.evidence_generation().await.map_err(db)?;
+        let after = {
+            let l = self.loaded.lock().await;
+            if l.generation == Some(generation) {
+                l.last
+            } else {
+                0
+            }
+        };
+        let rows = self.store.evidence_after(after).await.map_err(db)?;
+        let mut l = self.loaded.lock().await;
+        // Generations only grow. A model already at a later one is fresher
+        // than these rows (some of them may be forgotten): it stands.
+        if l.generation.is_some_and(|g| g > generation) {
+            return Ok(l);
+        }
         if l.generation != Some(generation) {
+            // Read from the first row (the generation differed when looked
+            // at, and a model can only have moved on since): rebuilt whole.
+            debug_assert_eq!(after, 0);
             l.model = model::Model::new(self.settings.half_life);
             l.last = 0;
+            l.generation = Some(generation);
         }
-        let rows = self.store.evidence_after(l.last).await.map_err(db)?;
-        for r in &rows {
+        let last = l.last;
+        for r in rows.iter().filter(|r| r.id > last) {
             l.model.add(&model::Answer {
                 at: r.at,
                 caller: r.caller.clone(),
@@ -311,7 +318,6 @@ impl Predictor {
             });
             l.last = r.id;
         }
-        l.generation = Some(generation);
         Ok(l)
     }
 
@@ -613,6 +619,8 @@ mod tests {
             ))
         );
         assert_eq!(o.action(), Action::Ask);
-        assert!(o.reason(&question()).contains("from too few answers"));
+        assert!(o
+            .reason(&question())
+            .starts_with("no level has 3 answers yet: a person decides"));
     }
 }

@@ -13,13 +13,18 @@
 //!   needs the upper bound below the deny threshold. Few answers give wide
 //!   bounds, so they ask.
 //! - **Back-off.** The most specific level with at least [`MIN_EVIDENCE`]
-//!   answers decides: exact (caller, credential, tool, argument shape) →
-//!   (caller, tool) → (tool). Two rules keep the back-off from speaking
-//!   for anyone it should not: the (tool) level, which pools every
-//!   caller's answers, may deny or ask but never allow (one agent's grants
-//!   never let another agent's calls through); and a denial recorded at a
-//!   more specific level than the deciding one blocks an allow (answers
-//!   about this very shape are not drowned by answers about others).
+//!   answers (counted whole: their weights decide p, not whether a level
+//!   may speak) decides: exact (caller, credential, tool, argument shape) →
+//!   (caller, tool) → (tool). **Only the exact level may allow**: the
+//!   others may deny or ask. Answers about other shapes or credentials
+//!   (caller, tool), or other callers (tool), never vouch for this call:
+//!   else an agent whose call a person denied could add one dummy argument
+//!   (a new shape, no exact answers) or use another credential and be
+//!   allowed on the strength of other calls (found by the attack review).
+//! - **A fresh denial puts a person back in the loop.** When the latest
+//!   answer at the exact level is a denial, nothing is allowed there until
+//!   a person grants again: a person who denied one value of a call the
+//!   shape cannot tell from others sees the next one.
 
 use std::collections::HashMap;
 
@@ -27,12 +32,10 @@ pub use crate::config::{CostError, Costs, Thresholds};
 
 /// The one-sided credible level of the bounds.
 pub const CREDIBLE: f64 = 0.95;
-/// The (decayed) answers a level needs before it decides rather than
-/// backing off to a less specific one.
-pub const MIN_EVIDENCE: f64 = 3.0;
-/// A decayed weight below this counts as no answer at all (a denial
-/// forgotten to a hundredth does not block).
-const NEGLIGIBLE: f64 = 0.5;
+/// The answers a level needs before it decides rather than backing off to
+/// a less specific one (counted whole, however old: three answers given a
+/// minute ago are three, not 2.9999).
+pub const MIN_EVIDENCE: u32 = 3;
 
 /// The three actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -104,12 +107,31 @@ pub struct Subject<'a> {
 }
 
 /// Decayed grants and denials of one key, as of `at`.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Tally {
     grants: f64,
     denials: f64,
+    /// Answers recorded, whole.
+    answers: u32,
+    /// When the latest grant and the latest denial were given (unix ms;
+    /// `i64::MIN`: none).
+    last_grant: i64,
+    last_denial: i64,
     /// Unix milliseconds the weights are as of.
     at: i64,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            grants: 0.0,
+            denials: 0.0,
+            answers: 0,
+            last_grant: i64::MIN,
+            last_denial: i64::MIN,
+            at: 0,
+        }
+    }
 }
 
 impl Tally {
@@ -125,16 +147,26 @@ impl Tally {
         };
         if granted {
             self.grants += w;
+            self.last_grant = self.last_grant.max(at);
         } else {
             self.denials += w;
+            self.last_denial = self.last_denial.max(at);
         }
+        self.answers = self.answers.saturating_add(1);
     }
 
     /// (grants, denials) weighed as of `now` (never more than recorded:
-    /// a clock behind the newest answer does not inflate them).
-    fn at(&self, now: i64, half_life_ms: f64) -> (f64, f64) {
+    /// a clock behind the newest answer does not inflate them), and the
+    /// answers whole.
+    fn at(&self, now: i64, half_life_ms: f64) -> (f64, f64, u32, bool) {
         let k = decay(now - self.at, half_life_ms);
-        (self.grants * k, self.denials * k)
+        let latest_denied = self.last_denial > self.last_grant;
+        (
+            self.grants * k,
+            self.denials * k,
+            self.answers,
+            latest_denied,
+        )
     }
 }
 
@@ -154,6 +186,11 @@ pub struct Evidence {
     /// Decayed to the time of the prediction.
     pub grants: f64,
     pub denials: f64,
+    /// The answers recorded at this level, whole (at least
+    /// [`MIN_EVIDENCE`] for it to decide).
+    pub answers: u32,
+    /// The latest answer at this level was a denial.
+    pub latest_denied: bool,
     /// The one-sided [`CREDIBLE`] bounds of the probability of approval,
     /// when computed: a prediction computes only the one its action rests
     /// on (each is an inverse incomplete beta, the costliest step);
@@ -163,14 +200,27 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    fn of(level: Level, grants: f64, denials: f64) -> Evidence {
+    fn of(
+        level: Level,
+        (grants, denials, answers, latest_denied): (f64, f64, u32, bool),
+    ) -> Evidence {
         Evidence {
             level,
             grants,
             denials,
+            answers,
+            latest_denied,
             lower: None,
             upper: None,
         }
+    }
+
+    /// Both bounds, computing those not computed yet.
+    pub fn bounds(&self) -> (f64, f64) {
+        (
+            self.lower.unwrap_or_else(|| self.lower()),
+            self.upper.unwrap_or_else(|| self.upper()),
+        )
     }
 
     /// The posterior's parameters: Beta(1 + grants, 1 + denials).
@@ -200,10 +250,16 @@ impl Evidence {
         let (a, b) = self.beta();
         statrs::function::beta::beta_reg(a, b, t) > CREDIBLE
     }
+}
 
-    fn answers(&self) -> f64 {
-        self.grants + self.denials
-    }
+/// A rule that kept a level's bound from allowing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Blocked {
+    /// Only the exact level allows; this one backs off from it.
+    NotExact(Level),
+    /// The latest answer at the exact level was a denial.
+    LatestDenied,
 }
 
 /// A prediction and its grounds.
@@ -219,23 +275,46 @@ pub struct Prediction {
     /// Every level's evidence, most specific first.
     pub levels: [Evidence; 3],
     pub thresholds: Thresholds,
+    /// The deciding level's lower bound was above the allow threshold, but
+    /// a rule of the back-off kept it from allowing.
+    pub blocked: Option<Blocked>,
 }
 
 impl Prediction {
-    /// One short line: `would allow: p 0.762 from 10 grants, 0 denials at
-    /// exact (allow above 0.75, deny below 0.2)`.
-    pub fn summary(&self) -> String {
+    /// Why, in one line (the decision and what it rests on), without
+    /// naming the call: `predicted approval 0.762 > 0.75 from 10 grants, 0
+    /// denials at exact`.
+    pub fn grounds(&self) -> String {
         let t = &self.thresholds;
-        let bounds = format!("allow above {}, deny below {}", prob(t.allow), prob(t.deny));
-        match (self.evidence(), self.p) {
-            (Some(e), Some(p)) => format!(
-                "would {}: p {p:.3} from {} grants, {} denials at {} ({bounds})",
-                self.action.as_str(),
-                count(e.grants),
-                count(e.denials),
+        let (allow, deny) = (prob(t.allow), prob(t.deny));
+        let Some(e) = self.evidence() else {
+            return format!("no level has {MIN_EVIDENCE} answers yet: a person decides");
+        };
+        let from = format!(
+            "from {}, {} at {}",
+            plural(e.grants, "grant"),
+            plural(e.denials, "denial"),
+            e.level.as_str()
+        );
+        let (lower, upper) = e.bounds();
+        match (self.action, self.blocked) {
+            (Action::Allow, _) => format!("predicted approval {lower:.3} > {allow} {from}"),
+            (Action::Deny, _) => {
+                format!("predicted denial: approval at most {upper:.3} < {deny} {from}")
+            }
+            (Action::Ask, Some(Blocked::NotExact(Level::Tool))) => format!(
+                "the tool level pools every caller's answers and never allows (lower bound {lower:.3} > {allow}): a person decides {from}"
+            ),
+            (Action::Ask, Some(Blocked::NotExact(_))) => format!(
+                "only answers about this caller, credential, tool and shape allow; {} answers may deny or ask (lower bound {lower:.3} > {allow}): a person decides {from}",
                 e.level.as_str()
             ),
-            _ => format!("would {}: too few answers ({bounds})", self.action.as_str()),
+            (Action::Ask, Some(Blocked::LatestDenied)) => format!(
+                "the latest answer to calls like this was a denial (lower bound {lower:.3} > {allow}): a person decides {from}"
+            ),
+            (Action::Ask, None) => format!(
+                "lower bound {lower:.3} not above {allow}, upper bound {upper:.3} not below {deny}: a person decides {from}"
+            ),
         }
     }
 
@@ -300,15 +379,18 @@ impl Model {
     pub fn evidence(&self, s: &Subject<'_>, now: i64) -> [Evidence; 3] {
         let hl = self.half_life_ms;
         let get = |map: &HashMap<String, Tally>, k: String| {
-            map.get(&k).map_or((0.0, 0.0), |t| t.at(now, hl))
+            map.get(&k).map_or((0.0, 0.0, 0, false), |t| t.at(now, hl))
         };
-        let (eg, ed) = get(&self.exact, key(&[s.caller, s.credential, s.tool, s.shape]));
-        let (cg, cd) = get(&self.caller_tool, key(&[s.caller, s.tool]));
-        let (tg, td) = get(&self.tool, key(&[s.tool]));
         [
-            Evidence::of(Level::Exact, eg, ed),
-            Evidence::of(Level::CallerTool, cg, cd),
-            Evidence::of(Level::Tool, tg, td),
+            Evidence::of(
+                Level::Exact,
+                get(&self.exact, key(&[s.caller, s.credential, s.tool, s.shape])),
+            ),
+            Evidence::of(
+                Level::CallerTool,
+                get(&self.caller_tool, key(&[s.caller, s.tool])),
+            ),
+            Evidence::of(Level::Tool, get(&self.tool, key(&[s.tool]))),
         ]
     }
 
@@ -331,22 +413,39 @@ impl Model {
 
 /// The decision on each level's evidence (most specific first).
 pub fn decide(mut levels: [Evidence; 3], t: &Thresholds) -> Prediction {
-    let deciding = levels.iter().position(|e| e.answers() >= MIN_EVIDENCE);
+    let deciding = levels.iter().position(|e| e.answers >= MIN_EVIDENCE);
+    let mut blocked = None;
     let (action, p) = match deciding {
         None => (Action::Ask, None),
         Some(i) => {
-            let denied_closer = levels[..i].iter().any(|m| m.denials >= NEGLIGIBLE);
             let e = &mut levels[i];
-            if e.level != Level::Tool && !denied_closer && e.surely_above(t.allow) {
-                let lower = e.lower();
-                e.lower = Some(lower);
-                (Action::Allow, Some(lower))
-            } else if e.surely_below(t.deny) {
+            let rule = match e.level {
+                Level::Exact if e.latest_denied => Some(Blocked::LatestDenied),
+                Level::Exact => None,
+                other => Some(Blocked::NotExact(other)),
+            };
+            if e.surely_above(t.allow) {
+                if rule.is_none() {
+                    let lower = e.lower();
+                    e.lower = Some(lower);
+                    return Prediction {
+                        action: Action::Allow,
+                        p: Some(lower),
+                        level: Some(e.level),
+                        levels,
+                        thresholds: *t,
+                        blocked: None,
+                    };
+                }
+                blocked = rule;
+            }
+            if e.surely_below(t.deny) {
                 let upper = e.upper();
                 e.upper = Some(upper);
+                blocked = None;
                 (Action::Deny, Some(upper))
             } else {
-                let mean = (1.0 + e.grants) / (2.0 + e.answers());
+                let mean = (1.0 + e.grants) / (2.0 + e.grants + e.denials);
                 (Action::Ask, Some(mean))
             }
         }
@@ -357,6 +456,7 @@ pub fn decide(mut levels: [Evidence; 3], t: &Thresholds) -> Prediction {
         level: deciding.map(|i| levels[i].level),
         levels,
         thresholds: *t,
+        blocked,
     }
 }
 
@@ -430,6 +530,16 @@ pub fn prob(p: f64) -> String {
         "0".into()
     } else {
         s.to_string()
+    }
+}
+
+/// `n` things, as people write it: `1 grant`, `2 grants`, `2.5 grants`.
+pub fn plural(n: f64, thing: &str) -> String {
+    let c = count(n);
+    if c == "1" {
+        format!("1 {thing}")
+    } else {
+        format!("{c} {thing}s")
     }
 }
 
@@ -549,21 +659,25 @@ mod tests {
     fn backing_off_goes_from_exact_to_caller_and_tool_to_tool() {
         let th = t(0.75, 0.2);
         let learnt = model(&grants(10, "agent", "run_tests", "{suite:string}"));
-        // Another shape of the same caller's tool: (caller, tool) decides.
+        // Another shape of the same caller's tool: (caller, tool) decides,
+        // and it does not allow (an added argument is another call).
         let p = learnt.predict(&subject("agent", "run_tests", "{suite:number}"), &th, 10);
-        assert_eq!(
-            (p.action, p.level),
-            (Action::Allow, Some(Level::CallerTool))
-        );
-        // Another credential counts at (caller, tool) alone too.
+        assert_eq!((p.action, p.level), (Action::Ask, Some(Level::CallerTool)));
+        assert_eq!(p.blocked, Some(Blocked::NotExact(Level::CallerTool)));
+        // Another credential (a test one granted, a production one asked)
+        // counts at (caller, tool) alone too: no allow either.
         let other = Subject {
             credential: "gl",
             ..subject("agent", "run_tests", "{suite:string}")
         };
-        assert_eq!(
-            learnt.predict(&other, &th, 10).level,
-            Some(Level::CallerTool)
-        );
+        let p = learnt.predict(&other, &th, 10);
+        assert_eq!((p.action, p.level), (Action::Ask, Some(Level::CallerTool)));
+        // But (caller, tool) denies: denials of other shapes say no.
+        let denied: Vec<Answer> = (0..14)
+            .map(|i| answer("agent", "run_x", "{a:string}", false, i))
+            .collect();
+        let p = model(&denied).predict(&subject("agent", "run_x", "{b:string}"), &th, 20);
+        assert_eq!((p.action, p.level), (Action::Deny, Some(Level::CallerTool)));
         // Another caller: only the tool level has answers, and it never allows.
         let p = learnt.predict(&subject("agent-2", "run_tests", "{suite:string}"), &th, 10);
         assert_eq!((p.action, p.level), (Action::Ask, Some(Level::Tool)));
@@ -579,22 +693,97 @@ mod tests {
     }
 
     #[test]
-    fn a_closer_denial_blocks_an_allow_from_further_out() {
+    fn the_grounds_name_the_bounds_compared_and_the_rule_that_blocked() {
+        let th = t(0.75, 0.2);
+        let four = model(&grants(4, "agent", "run_tests", "{}"));
+        let g = four
+            .predict(&subject("agent", "run_tests", "{}"), &th, 5)
+            .grounds();
+        assert!(
+            g.starts_with("lower bound 0.549 not above 0.75, upper bound 0.990 not below 0.2: a person decides from 4 grants, 0 denials at exact"),
+            "{g}"
+        );
+        let g = model(&grants(10, "agent", "run_tests", "{}"))
+            .predict(&subject("agent-2", "run_tests", "{}"), &th, 10)
+            .grounds();
+        assert!(
+            g.starts_with("the tool level pools every caller's answers and never allows"),
+            "{g}"
+        );
+        let a = grants(30, "agent", "run_tests", "{a:string}");
+        let p = model(&a).predict(&subject("agent", "run_tests", "{b:string}"), &th, 41);
+        assert_eq!(p.blocked, Some(Blocked::NotExact(Level::CallerTool)));
+        assert!(p.grounds().starts_with("only answers about this caller, credential, tool and shape allow; caller-tool answers may deny or ask"), "{}", p.grounds());
+        let one = model(&[answer("a", "t", "{}", true, 0)]);
+        let g = one.predict(&subject("a", "t", "{}"), &th, 0).grounds();
+        assert_eq!(g, "no level has 3 answers yet: a person decides");
+        assert_eq!(plural(1.0, "grant"), "1 grant");
+        assert_eq!(plural(0.0, "denial"), "0 denials");
+    }
+
+    #[test]
+    fn a_level_speaks_on_its_answers_counted_whole() {
+        // Three answers a little old weigh a hair under three: the level
+        // still decides (found by a new user: it took four).
+        let th = t(0.4, 0.2);
+        let mut m = Model::new(Duration::from_millis(DAY as u64));
+        for i in 0..3 {
+            m.add(&answer("a", "t", "{}", true, i));
+        }
+        let p = m.predict(&subject("a", "t", "{}"), &th, 60_000);
+        assert!(p.levels[0].grants < 3.0, "{p:?}");
+        assert_eq!((p.level, p.levels[0].answers), (Some(Level::Exact), 3));
+        assert_eq!(p.action, Action::Allow, "{p:?}");
+    }
+
+    #[test]
+    fn an_added_argument_does_not_escape_a_denial() {
+        // Found by the attack review: with denials of {suite, shell}, the
+        // agent added a dummy argument (a shape with no answers) and was
+        // allowed on the strength of the {suite} grants.
         let th = t(0.75, 0.2);
         let mut a = grants(30, "agent", "run_tests", "{suite:string}");
-        a.push(answer("agent", "run_tests", "{shell:string}", false, 40));
+        for at in [40, 41] {
+            a.push(answer(
+                "agent",
+                "run_tests",
+                "{shell:string,suite:string}",
+                false,
+                at,
+            ));
+        }
         let m = model(&a);
-        // The exact level (one denial) has too little to decide, and the
-        // (caller, tool) level would allow: the denial blocks it.
-        let p = m.predict(&subject("agent", "run_tests", "{shell:string}"), &th, 41);
-        assert_eq!(
-            (p.action, p.level),
-            (Action::Ask, Some(Level::CallerTool)),
-            "{p:?}"
-        );
-        // The shapes people granted are still allowed.
-        let p = m.predict(&subject("agent", "run_tests", "{suite:string}"), &th, 41);
+        for shape in [
+            "{shell:string,suite:string}",
+            "{shell:string,suite:string,z:null}",
+        ] {
+            let p = m.predict(&subject("agent", "run_tests", shape), &th, 42);
+            assert_eq!(p.action, Action::Ask, "{shape}: {p:?}");
+        }
+        // The shape people granted is still allowed.
+        let p = m.predict(&subject("agent", "run_tests", "{suite:string}"), &th, 42);
         assert_eq!(p.action, Action::Allow);
+    }
+
+    #[test]
+    fn a_fresh_denial_asks_until_a_person_grants_again() {
+        // Found by the attack review: one denied value of a well-granted
+        // shape, tweaked by a space, was allowed.
+        let th = t(0.75, 0.2);
+        let mut a = grants(40, "agent", "run_tests", "{suite:string}");
+        a.push(answer("agent", "run_tests", "{suite:string}", false, 50));
+        let s = subject("agent", "run_tests", "{suite:string}");
+        let p = model(&a).predict(&s, &th, 51);
+        assert!(p.levels[0].surely_above(th.allow), "{p:?}");
+        assert_eq!(
+            (p.action, p.blocked),
+            (Action::Ask, Some(Blocked::LatestDenied))
+        );
+        assert!(p
+            .grounds()
+            .starts_with("the latest answer to calls like this was a denial"));
+        a.push(answer("agent", "run_tests", "{suite:string}", true, 52));
+        assert_eq!(model(&a).predict(&s, &th, 53).action, Action::Allow);
     }
 
     #[test]
