@@ -4,6 +4,10 @@
 # (pinned in package-lock.json) in tests/ui/node_modules (ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")"
+# Several tests run this at once: one installs, the others wait for it (on
+# a fresh machine two apt-get runs race for dpkg's lock and one fails).
+exec 9>"${TMPDIR:-/tmp}/tessera-ui-setup.lock"
+flock 9
 if [ ! -x /usr/bin/chromium ]; then
     echo "tests/ui: installing Debian's chromium" >&2
     apt-get update -qq
