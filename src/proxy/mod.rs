@@ -769,95 +769,19 @@ async fn enforce(
     };
     let mut held: Vec<Held> = asked.iter().map(|&i| held_call(i)).collect();
 
-    // Approvals that learn: for each call an `@ask("learn")` permit holds
-    // (and no person's record of it stands), a prediction may answer for
-    // the person. A predicted denial refuses the request; a predicted
-    // allow lets that call through without a record; an ask (or any
-    // failure to predict) holds it as before, the prediction's reason
-    // kept with the approval.
-    // Only tool calls are learnt: people's answers are kept per tool.
-    let learning: Vec<usize> = (0..asked.len())
-        .filter(|&k| {
-            let d = &decided[asked[k]];
-            d.verdict.grounds().learn && d.rpc_method.as_deref() == Some("tools/call")
-        })
-        .collect();
-    if !learning.is_empty() {
-        for k in learning {
-            let i = asked[k];
-            // What the agent chose (tool, argument names, the arguments
-            // with --audit-arguments) leaves redacted, as everything tessera
-            // writes does: a predictor is another party (found by the tests).
-            let question = crate::authz::predict::Question {
-                caller: caller.name.clone(),
-                connection: connection_id.to_string(),
-                credential: upstream.credential.clone(),
-                tool: redactor
-                    .text(decided[i].tool.as_deref().unwrap_or_default())
-                    .into_owned(),
-                rpc_method: held[k].key.rpc_method.clone(),
-                shape: held[k].shape.clone().unwrap_or_default(),
-                arguments: decided[i].arguments.as_deref().and_then(|a| {
-                    serde_json::value::RawValue::from_string(redactor.text(a).into_owned()).ok()
-                }),
-            };
-            let Some(outcome) = held::predict(state, &held[k], question.clone())
-                .await
-                .map_err(|e| {
-                    tracing::error!(error = %e, "looking up a held call's records failed");
-                    ProxyError::ApprovalUnavailable
-                })?
-            else {
-                continue;
-            };
-            let why = redactor.text(&outcome.reason(&question)).into_owned();
-            held[k].reason = Some(match &held[k].reason {
-                Some(r) => format!("{why}; {r}"),
-                None => why.clone(),
-            });
-            decided[i].predicted = Some((outcome.action(), why));
-        }
-        use crate::authz::predict::Action;
-        let denied: Vec<usize> = (0..asked.len())
-            .filter(|&k| matches!(decided[asked[k]].predicted, Some((Action::Deny, _))))
-            .collect();
-        if let Some(&k) = denied.first() {
-            // Every call denied by prediction is remembered, so that the
-            // same request sent again is held for a person whole (found
-            // by the tests: a batch's second denial was denied again).
-            for &j in &denied {
-                if let Err(e) = held::remember_denial(state, &held[j].key).await {
-                    tracing::error!(error = %e, "recording a predicted denial failed");
-                    return Err(ProxyError::ApprovalUnavailable);
-                }
-            }
-            let d = &decided[asked[k]];
-            return Err(match &d.tool {
-                Some(tool) if single => ProxyError::ToolPredictedDenied {
-                    tool: tool.clone(),
-                    connection: connection(),
-                },
-                _ => ProxyError::Denied(format!(
-                    "{} on connection {} was denied: people have denied calls like it. A person can still decide it: send the same request again and it is held for a person",
-                    d.action,
-                    connection(),
-                )),
-            });
-        }
-        // Predicted allows go through without a record.
-        let mut k = 0;
-        asked.retain(|&i| {
-            let keep = !matches!(decided[i].predicted, Some((Action::Allow, _)));
-            if !keep {
-                held.remove(k);
-            } else {
-                k += 1;
-            }
-            keep
-        });
-        if asked.is_empty() {
-            return Ok(());
-        }
+    // Approvals that learn: a prediction may answer for the person.
+    learn(
+        state,
+        caller,
+        connection_id,
+        upstream,
+        decided,
+        &mut asked,
+        &mut held,
+    )
+    .await?;
+    if asked.is_empty() {
+        return Ok(());
     }
     let settled = held::hold(state, &held).await.map_err(|e| match e {
         approvals::SettleError::TooManyPending { .. } => {
@@ -911,4 +835,108 @@ async fn enforce(
             ))
         }
     })
+}
+
+/// For each call an `@ask("learn")` permit holds (and no person's record
+/// of it stands), let a prediction answer for the person
+/// ([`crate::authz::predict`]): a predicted denial refuses the request
+/// (every such call remembered, so the request sent again is held for a
+/// person); a predicted allow takes that call out of `asked` and `held`
+/// (it goes through without a record); an ask, or any failure to predict,
+/// leaves it held, the prediction's reason kept with its approval.
+async fn learn(
+    state: &State,
+    caller: &crate::model::Caller,
+    connection_id: &str,
+    upstream: &crate::model::Upstream,
+    decided: &mut [Decided],
+    asked: &mut Vec<usize>,
+    held: &mut Vec<Held>,
+) -> Result<(), ProxyError> {
+    let single = decided.len() == 1;
+    let connection = || connection_id.chars().take(8).collect::<String>();
+    let redactor = upstream.redactor();
+    // Only tool calls are learnt: people's answers are kept per tool.
+    let learning: Vec<usize> = (0..asked.len())
+        .filter(|&k| {
+            let d = &decided[asked[k]];
+            d.verdict.grounds().learn && d.rpc_method.as_deref() == Some("tools/call")
+        })
+        .collect();
+    if learning.is_empty() {
+        return Ok(());
+    }
+    for k in learning {
+        let i = asked[k];
+        // What the agent chose (tool, argument names, the arguments
+        // with --audit-arguments) leaves redacted, as everything tessera
+        // writes does: a predictor is another party (found by the tests).
+        let question = crate::authz::predict::Question {
+            caller: caller.name.clone(),
+            connection: connection_id.to_string(),
+            credential: upstream.credential.clone(),
+            tool: redactor
+                .text(decided[i].tool.as_deref().unwrap_or_default())
+                .into_owned(),
+            rpc_method: held[k].key.rpc_method.clone(),
+            shape: held[k].shape.clone().unwrap_or_default(),
+            arguments: decided[i].arguments.as_deref().and_then(|a| {
+                serde_json::value::RawValue::from_string(redactor.text(a).into_owned()).ok()
+            }),
+        };
+        let Some(outcome) = held::predict(state, &held[k], question.clone())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "looking up a held call's records failed");
+                ProxyError::ApprovalUnavailable
+            })?
+        else {
+            continue;
+        };
+        let why = redactor.text(&outcome.reason(&question)).into_owned();
+        held[k].reason = Some(match &held[k].reason {
+            Some(r) => format!("{why}; {r}"),
+            None => why.clone(),
+        });
+        decided[i].predicted = Some((outcome.action(), why));
+    }
+    use crate::authz::predict::Action;
+    let denied: Vec<usize> = (0..asked.len())
+        .filter(|&k| matches!(decided[asked[k]].predicted, Some((Action::Deny, _))))
+        .collect();
+    if let Some(&k) = denied.first() {
+        // Every call denied by prediction is remembered, so that the
+        // same request sent again is held for a person whole (found
+        // by the tests: a batch's second denial was denied again).
+        for &j in &denied {
+            if let Err(e) = held::remember_denial(state, &held[j].key).await {
+                tracing::error!(error = %e, "recording a predicted denial failed");
+                return Err(ProxyError::ApprovalUnavailable);
+            }
+        }
+        let d = &decided[asked[k]];
+        return Err(match &d.tool {
+            Some(tool) if single => ProxyError::ToolPredictedDenied {
+                tool: tool.clone(),
+                connection: connection(),
+            },
+            _ => ProxyError::Denied(format!(
+                "{} on connection {} was denied: people have denied calls like it. A person can still decide it: send the same request again and it is held for a person",
+                d.action,
+                connection(),
+            )),
+        });
+    }
+    // Predicted allows go through without a record.
+    let mut k = 0;
+    asked.retain(|&i| {
+        let keep = !matches!(decided[i].predicted, Some((Action::Allow, _)));
+        if !keep {
+            held.remove(k);
+        } else {
+            k += 1;
+        }
+        keep
+    });
+    Ok(())
 }
