@@ -12,16 +12,19 @@ impl Store {
         role: &str,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        let r = sqlx::query(
-            "INSERT INTO admin_tokens (name, token_sha256, created_at, role) \
-             VALUES ($1, $2, $3, $4)",
-        )
-        .bind(name)
-        .bind(&token_sha256[..])
-        .bind(now())
-        .bind(role)
-        .execute(&mut *tx)
-        .await;
+        let sql = "INSERT INTO admin_tokens (name, token_sha256, created_at, role) \
+                   VALUES ($1, $2, $3, $4)";
+        let at = now();
+        let r = on!(&mut tx, t => {
+            sqlx::query(sql)
+                .bind(name)
+                .bind(&token_sha256[..])
+                .bind(at)
+                .bind(role)
+                .execute(&mut **t)
+                .await
+                .map(drop)
+        });
         match r {
             Err(e) if unique_violation(&e) => Err(StoreError::Duplicate {
                 kind: "admin token",
@@ -56,32 +59,16 @@ impl Store {
         &self,
         token_sha256: &[u8; 32],
     ) -> Result<Option<(String, String)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT name, role FROM admin_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL",
-        )
-        .bind(&token_sha256[..])
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| Ok((r.try_get("name")?, r.try_get("role")?)))
-            .transpose()
+        let sql =
+            "SELECT name, role FROM admin_tokens WHERE token_sha256 = $1 AND revoked_at IS NULL";
+        Ok(on!(&self.db, p => {
+            sqlx::query_as(sql).bind(&token_sha256[..]).fetch_optional(p).await?
+        }))
     }
 
     /// Every admin token (names and dates; digests stay in the database).
     pub async fn admin_tokens(&self) -> Result<Vec<AdminTokenRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT name, role, created_at, revoked_at FROM admin_tokens ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(AdminTokenRow {
-                    name: r.try_get("name")?,
-                    role: r.try_get("role")?,
-                    created_at: r.try_get("created_at")?,
-                    revoked_at: r.try_get("revoked_at")?,
-                })
-            })
-            .collect()
+        let sql = "SELECT name, role, created_at, revoked_at FROM admin_tokens ORDER BY name";
+        Ok(on!(&self.db, p => sqlx::query_as(sql).fetch_all(p).await?))
     }
 }

@@ -13,23 +13,24 @@ impl Store {
         k: &CallKey,
         now_ms: i64,
     ) -> Result<Option<(String, Status)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, status, expires_at FROM approvals \
+        let sql = "SELECT id, status, expires_at FROM approvals \
              WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
                AND arguments_sha256 = $5 AND status IN ('pending', 'denied') \
-             ORDER BY created_at DESC, id LIMIT 1",
-        )
-        .bind(&k.caller)
-        .bind(&k.connection)
-        .bind(&k.rpc_method)
-        .bind(&k.tool)
-        .bind(&k.arguments_sha256)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(r) = row else { return Ok(None) };
-        let id: String = r.try_get("id")?;
-        let stored = Status::parse(&r.try_get::<String, _>("status")?)?;
-        let expires_at: Option<i64> = r.try_get("expires_at")?;
+             ORDER BY created_at DESC, id LIMIT 1";
+        let row: Option<(String, String, Option<i64>)> = on!(&self.db, p => {
+            sqlx::query_as(sql)
+                .bind(&k.caller)
+                .bind(&k.connection)
+                .bind(&k.rpc_method)
+                .bind(&k.tool)
+                .bind(&k.arguments_sha256)
+                .fetch_optional(p)
+                .await?
+        });
+        let Some((id, status, expires_at)) = row else {
+            return Ok(None);
+        };
+        let stored = Status::parse(&status)?;
         if stored.at(expires_at, None, now_ms) == Status::Expired {
             self.expire_approval(&id, now_ms).await?;
             // Whatever else holds this call (a denial) is found anew.
@@ -41,79 +42,74 @@ impl Store {
     /// Write `expired` on a pending approval whose time has passed (which
     /// [`Status::at`] already reads as expired).
     async fn expire_approval(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE approvals SET status = 'expired' \
-             WHERE id = $1 AND status = 'pending' AND expires_at <= $2",
-        )
-        .bind(id)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await?;
+        let sql = "UPDATE approvals SET status = 'expired' \
+             WHERE id = $1 AND status = 'pending' AND expires_at <= $2";
+        on!(&self.db, p => { sqlx::query(sql).bind(id).bind(now_ms).execute(p).await?; });
         Ok(())
     }
 
     /// A grant for this call that is still in force at `now_ms`.
     pub async fn live_grant(&self, k: &CallKey, now_ms: i64) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT id FROM approvals \
+        let sql = "SELECT id FROM approvals \
              WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
                AND arguments_sha256 = $5 AND status = 'granted' \
                AND expires_at > $6 AND uses_left > 0 \
-             ORDER BY expires_at, id LIMIT 1",
-        )
-        .bind(&k.caller)
-        .bind(&k.connection)
-        .bind(&k.rpc_method)
-        .bind(&k.tool)
-        .bind(&k.arguments_sha256)
-        .bind(now_ms)
-        .fetch_optional(&self.pool)
-        .await?)
+             ORDER BY expires_at, id LIMIT 1";
+        Ok(on!(&self.db, p => {
+            sqlx::query_scalar(sql)
+                .bind(&k.caller)
+                .bind(&k.connection)
+                .bind(&k.rpc_method)
+                .bind(&k.tool)
+                .bind(&k.arguments_sha256)
+                .bind(now_ms)
+                .fetch_optional(p)
+                .await?
+        }))
     }
 
     /// Use a grant once; its last use marks it `used`. False when it was
     /// used up, expired or revoked meanwhile (by a concurrent request or a
     /// person): the call is then not granted.
     pub async fn take_grant(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let r = sqlx::query(
-            "UPDATE approvals SET uses_left = uses_left - 1, \
+        let sql = "UPDATE approvals SET uses_left = uses_left - 1, \
                status = CASE WHEN uses_left <= 1 THEN 'used' ELSE status END \
-             WHERE id = $1 AND status = 'granted' AND expires_at > $2 AND uses_left > 0",
-        )
-        .bind(id)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected() == 1)
+             WHERE id = $1 AND status = 'granted' AND expires_at > $2 AND uses_left > 0";
+        let n = on!(&self.db, p => {
+            sqlx::query(sql).bind(id).bind(now_ms).execute(p).await?.rows_affected()
+        });
+        Ok(n == 1)
     }
 
     /// Record a pending request for a call, or return the one a concurrent
     /// request recorded first (one pending request per call). The call's
     /// `params` are stored only sealed (`a.sealed_call`), never in clear.
     pub async fn add_approval(&self, a: &NewApproval) -> Result<String, StoreError> {
-        let r = sqlx::query(
-            "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
+        let sql = "INSERT INTO approvals (id, created_at, caller, connection, rpc_method, tool, \
              arguments_sha256, reason, status, expires_at, sub_path, query, session, \
              sealed_call, credential, shape) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11, $12, $13, $14, $15)",
-        )
-        .bind(&a.id)
-        .bind(a.created_at)
-        .bind(&a.key.caller)
-        .bind(&a.key.connection)
-        .bind(&a.key.rpc_method)
-        .bind(&a.key.tool)
-        .bind(&a.key.arguments_sha256)
-        .bind(&a.reason)
-        .bind(a.expires_at)
-        .bind(&a.shown.sub_path)
-        .bind(&a.shown.query)
-        .bind(&a.shown.session)
-        .bind(&a.sealed_call)
-        .bind(&a.credential)
-        .bind(&a.shape)
-        .execute(&self.pool)
-        .await;
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11, $12, $13, $14, $15)";
+        let r = on!(&self.db, p => {
+            sqlx::query(sql)
+                .bind(&a.id)
+                .bind(a.created_at)
+                .bind(&a.key.caller)
+                .bind(&a.key.connection)
+                .bind(&a.key.rpc_method)
+                .bind(&a.key.tool)
+                .bind(&a.key.arguments_sha256)
+                .bind(&a.reason)
+                .bind(a.expires_at)
+                .bind(&a.shown.sub_path)
+                .bind(&a.shown.query)
+                .bind(&a.shown.session)
+                .bind(&a.sealed_call)
+                .bind(&a.credential)
+                .bind(&a.shape)
+                .execute(p)
+                .await
+                .map(drop)
+        });
         match r {
             Ok(_) => Ok(a.id.clone()),
             Err(e) if unique_violation(&e) => match self.open_approval(&a.key, a.created_at).await?
@@ -139,22 +135,24 @@ impl Store {
         shown: &Shown,
         sealed_call: Option<&[u8]>,
     ) -> Result<bool, StoreError> {
-        let r = sqlx::query(
-            "UPDATE approvals SET arguments_sha256 = $1, sub_path = $2, query = $3, \
+        let sql = "UPDATE approvals SET arguments_sha256 = $1, sub_path = $2, query = $3, \
              session = $4, sealed_call = COALESCE($5, sealed_call) \
-             WHERE id = $6 AND arguments_sha256 = $7 AND status = 'pending'",
-        )
-        .bind(&new.arguments_sha256)
-        .bind(&shown.sub_path)
-        .bind(&shown.query)
-        .bind(&shown.session)
-        .bind(sealed_call)
-        .bind(id)
-        .bind(&old.arguments_sha256)
-        .execute(&self.pool)
-        .await;
+             WHERE id = $6 AND arguments_sha256 = $7 AND status = 'pending'";
+        let r = on!(&self.db, p => {
+            sqlx::query(sql)
+                .bind(&new.arguments_sha256)
+                .bind(&shown.sub_path)
+                .bind(&shown.query)
+                .bind(&shown.session)
+                .bind(sealed_call)
+                .bind(id)
+                .bind(&old.arguments_sha256)
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected())
+        });
         match r {
-            Ok(r) => Ok(r.rows_affected() == 1),
+            Ok(n) => Ok(n == 1),
             Err(e) if unique_violation(&e) => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -163,14 +161,11 @@ impl Store {
     /// How many approvals of `caller` are pending and not expired at
     /// `now_ms` (an indexed count: `approvals_pending_caller`).
     pub async fn pending_approvals_of(&self, caller: &str, now_ms: i64) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM approvals WHERE caller = $1 AND status = 'pending' \
-               AND (expires_at IS NULL OR expires_at > $2)",
-        )
-        .bind(caller)
-        .bind(now_ms)
-        .fetch_one(&self.pool)
-        .await?)
+        let sql = "SELECT COUNT(*) FROM approvals WHERE caller = $1 AND status = 'pending' \
+               AND (expires_at IS NULL OR expires_at > $2)";
+        Ok(on!(&self.db, p => {
+            sqlx::query_scalar(sql).bind(caller).bind(now_ms).fetch_one(p).await?
+        }))
     }
 
     /// Approvals, newest first: pending ones only, or all.
@@ -191,38 +186,32 @@ impl Store {
         let now = now_ms();
         // Keyset paging in the listing's order (created_at descending,
         // then id): stable while approvals are added or decided.
-        let query = match before {
-            None => sqlx::query(
-                "SELECT * FROM approvals WHERE $1 OR (status = 'pending' \
+        let first = "SELECT * FROM approvals WHERE $1 OR (status = 'pending' \
                    AND (expires_at IS NULL OR expires_at > $2)) \
-                 ORDER BY created_at DESC, id LIMIT $3",
-            )
-            .bind(all)
-            .bind(now),
-            Some(before) => sqlx::query(
-                "SELECT a.* FROM approvals a JOIN approvals c ON c.id = $3 \
+                 ORDER BY created_at DESC, id LIMIT $3";
+        let next = "SELECT a.* FROM approvals a JOIN approvals c ON c.id = $3 \
                  WHERE ($1 OR (a.status = 'pending' \
                         AND (a.expires_at IS NULL OR a.expires_at > $2))) \
                    AND (a.created_at < c.created_at \
                         OR (a.created_at = c.created_at AND a.id > c.id)) \
-                 ORDER BY a.created_at DESC, a.id LIMIT $4",
-            )
-            .bind(all)
-            .bind(now)
-            .bind(before),
-        };
-        let rows = query.bind(limit).fetch_all(&self.pool).await?;
-        rows.iter().map(|r| approval_row(r, now)).collect()
+                 ORDER BY a.created_at DESC, a.id LIMIT $4";
+        let rows: Vec<Approval> = on!(&self.db, p => {
+            let query = match before {
+                None => sqlx::query_as(first).bind(all).bind(now),
+                Some(before) => sqlx::query_as(next).bind(all).bind(now).bind(before),
+            };
+            query.bind(limit).fetch_all(p).await?
+        });
+        Ok(rows.into_iter().map(|a| as_of(a, now)).collect())
     }
 
     /// One approval, whatever its state.
     pub async fn approval(&self, id: &str) -> Result<Approval, StoreError> {
-        let row = sqlx::query("SELECT * FROM approvals WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let sql = "SELECT * FROM approvals WHERE id = $1";
+        let row: Option<Approval> =
+            on!(&self.db, p => sqlx::query_as(sql).bind(id).fetch_optional(p).await?);
         match row {
-            Some(r) => approval_row(&r, now_ms()),
+            Some(a) => Ok(as_of(a, now_ms())),
             None => Err(StoreError::NotFound {
                 kind: "approval",
                 name: id.to_string(),
@@ -234,20 +223,13 @@ impl Store {
     pub(super) async fn sealed_approvals(
         &self,
     ) -> Result<Vec<(Sealed, String, Vec<u8>)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, sealed_call FROM approvals WHERE sealed_call IS NOT NULL ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok((
-                    Sealed::Approval,
-                    r.try_get("id")?,
-                    r.try_get("sealed_call")?,
-                ))
-            })
-            .collect()
+        let sql = "SELECT id, sealed_call FROM approvals WHERE sealed_call IS NOT NULL ORDER BY id";
+        let rows: Vec<(String, Vec<u8>)> =
+            on!(&self.db, p => sqlx::query_as(sql).fetch_all(p).await?);
+        Ok(rows
+            .into_iter()
+            .map(|(id, sealed)| (Sealed::Approval, id, sealed))
+            .collect())
     }
 
     /// Grant a pending approval: its call is allowed `uses` times until
@@ -288,20 +270,16 @@ impl Store {
         // A concurrent change (a use, another person's decision) makes
         // the guarded update miss: read again and decide on what is there.
         for _ in 0..4 {
-            let row =
-                sqlx::query("SELECT status, expires_at, uses_left FROM approvals WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await?;
-            let Some(row) = row else {
+            let sql = "SELECT status, expires_at, uses_left FROM approvals WHERE id = $1";
+            let row: Option<(String, Option<i64>, Option<i64>)> =
+                on!(&self.db, p => sqlx::query_as(sql).bind(id).fetch_optional(p).await?);
+            let Some((status, expires_at, uses_left)) = row else {
                 return Err(StoreError::NotFound {
                     kind: "approval",
                     name: id.to_string(),
                 });
             };
-            let stored = Status::parse(&row.try_get::<String, _>("status")?)?;
-            let expires_at: Option<i64> = row.try_get("expires_at")?;
-            let uses_left: Option<i64> = row.try_get("uses_left")?;
+            let stored = Status::parse(&status)?;
             let now = stored.at(expires_at, uses_left, now_ms);
             let to = now.next(decision, id).map_err(|r| StoreError::Unchanged {
                 what: r.to_string(),
@@ -316,23 +294,25 @@ impl Store {
                 _ => (None, None),
             };
             let mut tx = self.begin().await?;
-            let r = sqlx::query(
-                "UPDATE approvals SET status = $1, decided_at = $2, decided_by = $3, \
+            let sql = "UPDATE approvals SET status = $1, decided_at = $2, decided_by = $3, \
                    expires_at = $4, uses_left = $5 \
                  WHERE id = $6 AND status = $7 \
                    AND (expires_at IS NULL OR expires_at > $2) \
-                   AND (uses_left IS NULL OR uses_left > 0)",
-            )
-            .bind(to.as_str())
-            .bind(now_ms)
-            .bind(&by)
-            .bind(new_expires)
-            .bind(new_uses)
-            .bind(id)
-            .bind(stored.as_str())
-            .execute(&mut *tx)
-            .await?;
-            if r.rows_affected() == 1 {
+                   AND (uses_left IS NULL OR uses_left > 0)";
+            let n = on!(&mut tx, t => {
+                sqlx::query(sql)
+                    .bind(to.as_str())
+                    .bind(now_ms)
+                    .bind(&by)
+                    .bind(new_expires)
+                    .bind(new_uses)
+                    .bind(id)
+                    .bind(stored.as_str())
+                    .execute(&mut **t)
+                    .await?
+                    .rows_affected()
+            });
+            if n == 1 {
                 Self::bump(&mut tx).await?;
                 // A person's answer to a pending call is evidence for
                 // approvals that learn; written after the revision row is
@@ -350,35 +330,8 @@ impl Store {
     }
 }
 
-fn approval_row(r: &sqlx::any::AnyRow, now: i64) -> Result<Approval, StoreError> {
-    let status: String = r.try_get("status")?;
-    let expires_at: Option<i64> = r.try_get("expires_at")?;
-    let uses_left: Option<i64> = r.try_get("uses_left")?;
-    Ok(Approval {
-        id: r.try_get("id")?,
-        created_at: r.try_get("created_at")?,
-        key: CallKey {
-            caller: r.try_get("caller")?,
-            connection: r.try_get("connection")?,
-            rpc_method: r.try_get("rpc_method")?,
-            tool: r.try_get("tool")?,
-            arguments_sha256: r.try_get("arguments_sha256")?,
-        },
-        arguments: r.try_get("arguments")?,
-        reason: r.try_get("reason")?,
-        status: Status::parse(&status)?.at(expires_at, uses_left, now),
-        decided_at: r.try_get("decided_at")?,
-        decided_by: r.try_get("decided_by")?,
-        expires_at,
-        uses_left,
-        shown: Shown {
-            sub_path: r.try_get("sub_path")?,
-            query: r.try_get("query")?,
-            session: r.try_get("session")?,
-            params: r.try_get("params")?,
-        },
-        sealed_call: r.try_get("sealed_call")?,
-        credential: r.try_get("credential")?,
-        shape: r.try_get("shape")?,
-    })
+/// An approval as read, its status as it stands at `now` ([`Status::at`]).
+fn as_of(mut a: Approval, now: i64) -> Approval {
+    a.status = a.status.at(a.expires_at, a.uses_left, now);
+    a
 }

@@ -62,26 +62,29 @@ impl Store {
         while !rest.is_empty() {
             let size = AUDIT_CHUNK_MAX.min(1 << rest.len().ilog2());
             let (chunk, after) = rest.split_at(size);
-            let mut q = sqlx::query(self.audit_insert_sql(size.ilog2() as usize));
-            for r in chunk {
-                q = q
-                    .bind(r.at)
-                    .bind(&r.caller)
-                    .bind(&r.connection)
-                    .bind(&r.http_method)
-                    .bind(&r.rpc_method)
-                    .bind(&r.tool)
-                    .bind(&r.verdict)
-                    .bind(&r.reason)
-                    .bind(&r.arguments_sha256)
-                    .bind(&r.arguments)
-                    .bind(i64::from(r.status))
-                    .bind(r.duration_us);
-            }
-            q.execute(&mut *tx).await?;
+            let sql = self.audit_insert_sql(size.ilog2() as usize);
+            on!(&mut tx, t => {
+                let mut q = sqlx::query(sql);
+                for r in chunk {
+                    q = q
+                        .bind(r.at)
+                        .bind(&r.caller)
+                        .bind(&r.connection)
+                        .bind(&r.http_method)
+                        .bind(&r.rpc_method)
+                        .bind(&r.tool)
+                        .bind(&r.verdict)
+                        .bind(&r.reason)
+                        .bind(&r.arguments_sha256)
+                        .bind(&r.arguments)
+                        .bind(i64::from(r.status))
+                        .bind(r.duration_us);
+                }
+                q.execute(&mut **t).await?;
+            });
             rest = after;
         }
-        tx.commit().await?;
+        on!(tx, t => t.commit().await?);
         Ok(())
     }
 
@@ -125,34 +128,17 @@ impl Store {
                 " ORDER BY id DESC LIMIT $5) AS newest ORDER BY id"
             ),
         };
-        let rows = sqlx::query(sql)
-            .bind(&q.caller)
-            .bind(&q.connection)
-            .bind(q.since)
-            .bind(q.after_id.unwrap_or(0))
-            .bind(q.limit)
-            .bind(q.before_id.unwrap_or(i64::MAX))
-            .bind(i64::from(q.quiet))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(AuditRecord {
-                    id: r.try_get("id")?,
-                    at: r.try_get("at")?,
-                    caller: r.try_get("caller")?,
-                    connection: r.try_get("connection")?,
-                    http_method: r.try_get("http_method")?,
-                    rpc_method: r.try_get("rpc_method")?,
-                    tool: r.try_get("tool")?,
-                    verdict: r.try_get("verdict")?,
-                    reason: r.try_get("reason")?,
-                    arguments_sha256: r.try_get("arguments_sha256")?,
-                    arguments: r.try_get("arguments")?,
-                    status: u16::try_from(r.try_get::<i64, _>("status")?).unwrap_or(0),
-                    duration_us: r.try_get("duration_us")?,
-                })
-            })
-            .collect()
+        Ok(on!(&self.db, p => {
+            sqlx::query_as(sql)
+                .bind(&q.caller)
+                .bind(&q.connection)
+                .bind(q.since)
+                .bind(q.after_id.unwrap_or(0))
+                .bind(q.limit)
+                .bind(q.before_id.unwrap_or(i64::MAX))
+                .bind(i64::from(q.quiet))
+                .fetch_all(p)
+                .await?
+        }))
     }
 }

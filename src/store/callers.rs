@@ -10,15 +10,19 @@ impl Store {
         groups: &[String],
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        let r = sqlx::query(
-            "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(name)
-        .bind(&token_sha256[..])
-        .bind(groups.join(","))
-        .bind(now())
-        .execute(&mut *tx)
-        .await;
+        let sql =
+            "INSERT INTO callers (name, token_sha256, groups, created_at) VALUES ($1, $2, $3, $4)";
+        let (groups, at) = (groups.join(","), now());
+        let r = on!(&mut tx, t => {
+            sqlx::query(sql)
+                .bind(name)
+                .bind(&token_sha256[..])
+                .bind(&groups)
+                .bind(at)
+                .execute(&mut **t)
+                .await
+                .map(drop)
+        });
         match r {
             Err(e) if unique_violation(&e) => {
                 drop(tx);
@@ -78,12 +82,9 @@ impl Store {
     }
 
     pub async fn callers(&self) -> Result<Vec<CallerRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, name, token_sha256, groups, created_at, revoked_at FROM callers ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
+        let sql =
+            "SELECT id, name, token_sha256, groups, created_at, revoked_at FROM callers ORDER BY name";
+        on!(&self.db, p => sqlx::query(sql).fetch_all(p).await?.into_iter()
             .map(|r| {
                 let digest: Vec<u8> = r.try_get("token_sha256")?;
                 let groups: String = r.try_get("groups")?;
@@ -102,6 +103,6 @@ impl Store {
                     revoked_at: r.try_get("revoked_at")?,
                 })
             })
-            .collect()
+            .collect())
     }
 }

@@ -20,11 +20,8 @@ pub struct EvidenceRow {
 impl Store {
     /// The evidence generation: it moves when evidence is forgotten.
     pub async fn evidence_generation(&self) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT generation FROM evidence_state WHERE id = 1")
-                .fetch_one(&self.pool)
-                .await?,
-        )
+        let sql = "SELECT generation FROM evidence_state WHERE id = 1";
+        Ok(on!(&self.db, p => sqlx::query_scalar(sql).fetch_one(p).await?))
     }
 
     /// The answers recorded after row `after`, in id order. Each is written
@@ -32,14 +29,9 @@ impl Store {
     /// is locked, so ids are handed out in commit order on Postgres as on
     /// SQLite: none committed later can carry an id already passed.
     pub async fn evidence_after(&self, after: i64) -> Result<Vec<EvidenceRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, at, caller, credential, tool, shape, answer FROM approval_evidence \
-             WHERE id > $1 ORDER BY id",
-        )
-        .bind(after)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
+        let sql = "SELECT id, at, caller, credential, tool, shape, answer FROM approval_evidence \
+             WHERE id > $1 ORDER BY id";
+        on!(&self.db, p => sqlx::query(sql).bind(after).fetch_all(p).await?.iter()
             .map(|r| {
                 Ok(EvidenceRow {
                     id: r.try_get("id")?,
@@ -51,27 +43,25 @@ impl Store {
                     granted: r.try_get::<String, _>("answer")? == "grant",
                 })
             })
-            .collect()
+            .collect())
     }
 
     /// Write the answer a person gave to approval `id` (a grant or a
     /// denial of a pending tool call), inside the transaction deciding it.
     pub(super) async fn record_answer(
-        tx: &mut sqlx::AnyConnection,
+        tx: &mut Tx,
         id: &str,
         granted: bool,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let sql =
             "INSERT INTO approval_evidence (at, caller, credential, tool, shape, answer, approval) \
              SELECT $1, caller, credential, tool, shape, $2, id FROM approvals \
-             WHERE id = $3 AND rpc_method = 'tools/call' AND tool <> ''",
-        )
-        .bind(now_ms)
-        .bind(if granted { "grant" } else { "deny" })
-        .bind(id)
-        .execute(tx)
-        .await?;
+             WHERE id = $3 AND rpc_method = 'tools/call' AND tool <> ''";
+        let answer = if granted { "grant" } else { "deny" };
+        on!(tx, t => {
+            sqlx::query(sql).bind(now_ms).bind(answer).bind(id).execute(&mut **t).await?;
+        });
         Ok(())
     }
 
@@ -84,23 +74,15 @@ impl Store {
         tool: Option<&str>,
     ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
-        let q = match (caller, tool) {
-            (Some(c), Some(t)) => {
-                sqlx::query("DELETE FROM approval_evidence WHERE caller = $1 AND tool = $2")
-                    .bind(c)
-                    .bind(t)
-            }
-            (Some(c), None) => {
-                sqlx::query("DELETE FROM approval_evidence WHERE caller = $1").bind(c)
-            }
-            (None, Some(t)) => sqlx::query("DELETE FROM approval_evidence WHERE tool = $1").bind(t),
-            (None, None) => sqlx::query("DELETE FROM approval_evidence"),
-        };
-        let n = q.execute(&mut *tx).await?.rows_affected();
+        // `$N IS NULL OR …`: one text for the four combinations.
+        let sql = "DELETE FROM approval_evidence \
+                   WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR tool = $2)";
+        let next = "UPDATE evidence_state SET generation = generation + 1 WHERE id = 1";
+        let n = on!(&mut tx, t => {
+            sqlx::query(sql).bind(caller).bind(tool).execute(&mut **t).await?.rows_affected()
+        });
         Self::bump(&mut tx).await?;
-        sqlx::query("UPDATE evidence_state SET generation = generation + 1 WHERE id = 1")
-            .execute(&mut *tx)
-            .await?;
+        on!(&mut tx, t => { sqlx::query(next).execute(&mut **t).await?; });
         self.commit(tx).await?;
         Ok(n)
     }
@@ -114,38 +96,38 @@ impl Store {
         now_ms: i64,
         expired_ms: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM predicted_denials WHERE at <= $1")
-            .bind(expired_ms)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query(
-            "INSERT INTO predicted_denials (caller, connection, tool, arguments_sha256, at) \
+        let prune = "DELETE FROM predicted_denials WHERE at <= $1";
+        let add = "INSERT INTO predicted_denials (caller, connection, tool, arguments_sha256, at) \
              VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (caller, connection, tool, arguments_sha256) DO UPDATE SET at = $5",
-        )
-        .bind(&k.caller)
-        .bind(&k.connection)
-        .bind(&k.tool)
-        .bind(&k.arguments_sha256)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await?;
+             ON CONFLICT (caller, connection, tool, arguments_sha256) DO UPDATE SET at = $5";
+        on!(&self.db, p => {
+            sqlx::query(prune).bind(expired_ms).execute(p).await?;
+            sqlx::query(add)
+                .bind(&k.caller)
+                .bind(&k.connection)
+                .bind(&k.tool)
+                .bind(&k.arguments_sha256)
+                .bind(now_ms)
+                .execute(p)
+                .await?;
+        });
         Ok(())
     }
 
     /// Whether this call was denied by prediction since `since_ms`.
     pub async fn predicted_denial(&self, k: &CallKey, since_ms: i64) -> Result<bool, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM predicted_denials WHERE caller = $1 AND connection = $2 \
-               AND tool = $3 AND arguments_sha256 = $4 AND at > $5",
-        )
-        .bind(&k.caller)
-        .bind(&k.connection)
-        .bind(&k.tool)
-        .bind(&k.arguments_sha256)
-        .bind(since_ms)
-        .fetch_one(&self.pool)
-        .await?;
+        let sql = "SELECT COUNT(*) FROM predicted_denials WHERE caller = $1 AND connection = $2 \
+               AND tool = $3 AND arguments_sha256 = $4 AND at > $5";
+        let n: i64 = on!(&self.db, p => {
+            sqlx::query_scalar(sql)
+                .bind(&k.caller)
+                .bind(&k.connection)
+                .bind(&k.tool)
+                .bind(&k.arguments_sha256)
+                .bind(since_ms)
+                .fetch_one(p)
+                .await?
+        });
         Ok(n > 0)
     }
 
@@ -158,18 +140,19 @@ impl Store {
         {
             return Ok(true);
         }
-        let revoked: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM approvals \
+        let sql = "SELECT COUNT(*) FROM approvals \
              WHERE caller = $1 AND connection = $2 AND rpc_method = $3 AND tool = $4 \
-               AND arguments_sha256 = $5 AND status = 'revoked'",
-        )
-        .bind(&k.caller)
-        .bind(&k.connection)
-        .bind(&k.rpc_method)
-        .bind(&k.tool)
-        .bind(&k.arguments_sha256)
-        .fetch_one(&self.pool)
-        .await?;
+               AND arguments_sha256 = $5 AND status = 'revoked'";
+        let revoked: i64 = on!(&self.db, p => {
+            sqlx::query_scalar(sql)
+                .bind(&k.caller)
+                .bind(&k.connection)
+                .bind(&k.rpc_method)
+                .bind(&k.tool)
+                .bind(&k.arguments_sha256)
+                .fetch_one(p)
+                .await?
+        });
         Ok(revoked > 0)
     }
 }

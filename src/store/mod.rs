@@ -1,9 +1,14 @@
 //! Storage: one `Store` type over the database. SQLite in the data dir is
 //! the embedded default; Postgres (`--database-url postgres://…`) lets
 //! several replicas share one store. Both run the same SQL (`$N`
-//! placeholders, which SQLite reads too) through sqlx's `Any` driver; only
-//! the migrations (`migrations/<dialect>/`) and the change notifications
-//! differ.
+//! placeholders, which SQLite reads too) on typed pools ([`Dialect`]):
+//! each statement is written once and compiled for each driver by
+//! [`on!`]. Only the migrations (`migrations/<dialect>/`), the connect
+//! options and the change notifications differ.
+//!
+//! Typed rather than sqlx's `Any` driver (issue 27): `Any` converts every
+//! bound value and every cell through its own value type, and drops
+//! SQLite's connect options (the busy timeout, `synchronous`).
 //!
 //! Every change bumps the single `revision` row in the same transaction, so
 //! a serving process can poll one integer (or, on Postgres, be told by
@@ -15,9 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{AnyPool, ConnectOptions, Row};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Postgres, Row, Sqlite};
 
 mod admin_audit;
 mod admin_tokens;
@@ -32,8 +37,8 @@ pub mod oauth;
 
 use model::{
     AdminAction, AdminTokenRow, Approval, AuditQuery, AuditRecord, CallKey, CallerRow,
-    ConnectionRow, CredentialRow, CredentialUpdate, NewApproval, NewCredential, Revision, Scheme,
-    Sealed, Shown, Status, StoredOAuth,
+    ConnectionRow, CredentialRow, CredentialUpdate, NewApproval, NewCredential, Revision, Sealed,
+    Shown, Status, StoredOAuth,
 };
 
 /// A storage failure. Messages name the thing, never a secret.
@@ -181,10 +186,41 @@ impl std::fmt::Debug for DatabaseUrl {
     }
 }
 
+/// One value per dialect: a pool ([`Db`]), a transaction ([`Tx`]).
+#[derive(Clone)]
+pub(crate) enum Dialect<S, P> {
+    Sqlite(S),
+    Postgres(P),
+}
+
+/// The pool of the store's database.
+pub(crate) type Db = Dialect<SqlitePool, PgPool>;
+
+/// A write transaction on the store's database.
+pub(crate) type Tx =
+    Dialect<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>;
+
+/// `$body`, written once and compiled for each dialect, with `$x` bound to
+/// that dialect's value of `$v` (a [`Db`] or a [`Tx`], by reference).
+/// Each arm's value must have one type: rows are read inside the body.
+macro_rules! on {
+    ($v:expr, $x:ident => $body:expr) => {
+        match $v {
+            $crate::store::Dialect::Sqlite($x) => $body,
+            $crate::store::Dialect::Postgres($x) => $body,
+        }
+    };
+}
+pub(crate) use on;
+
+/// How long a SQLite connection waits for another's write lock (admin
+/// commands in another process write beside a serving one).
+const SQLITE_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The database behind tessera.
 #[derive(Clone)]
 pub struct Store {
-    pool: AnyPool,
+    db: Db,
     backend: Backend,
     /// The Postgres URL, for the connection that listens for changes.
     url: Option<DatabaseUrl>,
@@ -236,24 +272,23 @@ impl Store {
     /// Open the store at `url`, or with none the SQLite database in
     /// `data_dir`, and apply migrations.
     pub async fn open(data_dir: &Path, url: Option<&DatabaseUrl>) -> Result<Self, StoreError> {
-        sqlx::any::install_default_drivers();
-        let (pool, backend) = match url.map(|u| u.backend()) {
+        let db = match url.map(|u| u.backend()) {
             Some(Backend::Postgres) => {
-                let opts = AnyConnectOptions::from_str(url.expect("matched").expose())?;
+                let opts = PgConnectOptions::from_str(url.expect("matched").expose())?;
                 // One plain connection first: a pool that cannot connect
                 // only says it timed out; this says why (refused, no such
                 // database, authentication failed).
                 sqlx::Connection::close(opts.connect().await?).await?;
-                let pool = AnyPoolOptions::new()
+                let pool = PgPoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(std::time::Duration::from_secs(10))
                     .connect_with(opts)
                     .await?;
-                (pool, Backend::Postgres)
+                Dialect::Postgres(pool)
             }
             Some(Backend::Sqlite) => {
                 let u = url.expect("matched");
-                let opts = SqliteConnectOptions::from_str(u.expose())?.create_if_missing(true);
+                let opts = SqliteConnectOptions::from_str(u.expose())?;
                 let file = opts.get_filename();
                 if file != Path::new(":memory:") {
                     create_private_file(file).map_err(|source| StoreError::DataDir {
@@ -261,7 +296,7 @@ impl Store {
                         source,
                     })?;
                 }
-                (Self::open_sqlite(opts).await?, Backend::Sqlite)
+                Dialect::Sqlite(Self::open_sqlite(opts).await?)
             }
             None => {
                 create_private_dir(data_dir).map_err(|source| StoreError::DataDir {
@@ -273,19 +308,22 @@ impl Store {
                     path: file.display().to_string(),
                     source,
                 })?;
-                let opts = SqliteConnectOptions::new()
-                    .filename(file)
-                    .create_if_missing(true);
-                (Self::open_sqlite(opts).await?, Backend::Sqlite)
+                let opts = SqliteConnectOptions::new().filename(file);
+                Dialect::Sqlite(Self::open_sqlite(opts).await?)
             }
         };
+        let backend = match db {
+            Dialect::Sqlite(_) => Backend::Sqlite,
+            Dialect::Postgres(_) => Backend::Postgres,
+        };
         let store = Store {
-            pool: pool.clone(),
+            db,
             backend,
             url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
             acting: None,
         };
-        match store.migrator().run(&store.pool).await {
+        let migrated = on!(&store.db, p => store.migrator().run(p).await);
+        match migrated {
             Err(sqlx::migrate::MigrateError::VersionMissing(found)) => {
                 return Err(StoreError::NewerSchema {
                     found,
@@ -294,36 +332,46 @@ impl Store {
             }
             r => r?,
         }
-        if backend == Backend::Sqlite {
+        if let Dialect::Sqlite(pool) = &store.db {
             // A pooled SQLite connection opened before a migration that
             // rebuilt a table expands `SELECT *` with the old columns and
             // SQLite re-prepares it with the new ones: sqlx's row then
             // disagrees with SQLite's (a panic in its worker). Serve from
             // connections opened after the migrations.
-            let fresh = AnyPoolOptions::new()
-                .max_connections(4)
+            let fresh = Self::sqlite_pool()
                 .connect_with((*pool.connect_options()).clone())
                 .await?;
             pool.close().await;
             return Ok(Store {
-                pool: fresh,
+                db: Dialect::Sqlite(fresh),
                 ..store
             });
         }
         Ok(store)
     }
 
+    /// The SQLite pool's settings.
+    fn sqlite_pool() -> SqlitePoolOptions {
+        SqlitePoolOptions::new().max_connections(4)
+    }
+
     /// A SQLite pool in WAL mode: admin commands in another process write
-    /// while the server reads, and sqlx's 5 s busy timeout serialises
-    /// concurrent writers. (Foreign keys are on: sqlx's default.)
-    async fn open_sqlite(opts: SqliteConnectOptions) -> Result<AnyPool, StoreError> {
-        let opts = AnyConnectOptions::from_url(&opts.to_url_lossy())?;
-        let pool = AnyPoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
-        // WAL is kept in the file: set once, not per connection (setting it
-        // takes a lock that the busy timeout cannot wait for).
+    /// while the server reads, and the busy timeout serialises concurrent
+    /// writers. Foreign keys on; `synchronous = FULL`: a committed audit
+    /// batch survives a power cut, not only a crash (with WAL, NORMAL may
+    /// lose the last commits; the audit writer commits one batch at a
+    /// time, so FULL costs one fsync per batch, not per record).
+    async fn open_sqlite(opts: SqliteConnectOptions) -> Result<SqlitePool, StoreError> {
+        let opts = opts
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(SQLITE_BUSY_TIMEOUT)
+            .synchronous(SqliteSynchronous::Full);
+        let pool = Self::sqlite_pool().connect_with(opts).await?;
+        // WAL is kept in the file: set once here, not per connection in
+        // the connect options (setting it takes a lock that the busy
+        // timeout cannot wait for: an admin command opening the file
+        // while the server writes would fail).
         let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
             .fetch_one(&pool)
             .await?;
@@ -358,9 +406,8 @@ impl Store {
 
     /// The change counters; `data` moves on every write.
     pub async fn revision(&self) -> Result<Revision, StoreError> {
-        let (data, policies) = sqlx::query_as("SELECT value, policies FROM revision WHERE id = 1")
-            .fetch_one(&self.pool)
-            .await?;
+        let sql = "SELECT value, policies FROM revision WHERE id = 1";
+        let (data, policies) = on!(&self.db, p => sqlx::query_as(sql).fetch_one(p).await?);
         Ok(Revision { data, policies })
     }
 
@@ -369,26 +416,25 @@ impl Store {
     /// transaction that reads first takes the lock at its first write, and
     /// fails at once ("database is locked") if another connection, such as
     /// a serving process's audit writer, committed since it read.
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
+    async fn begin(&self) -> Result<Tx, StoreError> {
+        Ok(match &self.db {
+            Dialect::Sqlite(p) => Dialect::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
+            Dialect::Postgres(p) => Dialect::Postgres(p.begin().await?),
         })
     }
 
-    async fn bump(tx: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
-        sqlx::query("UPDATE revision SET value = value + 1 WHERE id = 1")
-            .execute(tx)
-            .await?;
+    /// Move the data revision, inside a write transaction.
+    async fn bump(tx: &mut Tx) -> Result<(), StoreError> {
+        let sql = "UPDATE revision SET value = value + 1 WHERE id = 1";
+        on!(tx, t => { sqlx::query(sql).execute(&mut **t).await?; });
         Ok(())
     }
 
     /// Tell every serving process to read its policy folder again.
     pub async fn bump_policies(&self) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query("UPDATE revision SET value = value + 1, policies = policies + 1 WHERE id = 1")
-            .execute(&mut *tx)
-            .await?;
+        let sql = "UPDATE revision SET value = value + 1, policies = policies + 1 WHERE id = 1";
+        on!(&mut tx, t => { sqlx::query(sql).execute(&mut **t).await?; });
         self.commit(tx).await
     }
 
@@ -414,7 +460,11 @@ impl Store {
         value: T,
     ) -> Result<(), StoreError>
     where
-        T: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Send,
+        T: for<'q> sqlx::Encode<'q, Sqlite>
+            + sqlx::Type<Sqlite>
+            + for<'q> sqlx::Encode<'q, Postgres>
+            + sqlx::Type<Postgres>
+            + Send,
     {
         let (kind, select) = match what {
             Revocable::Caller => ("caller", "SELECT revoked_at FROM callers WHERE name = $1"),
@@ -429,21 +479,16 @@ impl Store {
         };
         let name = || key.to_string();
         let mut tx = self.begin().await?;
-        let found: Option<Option<i64>> = sqlx::query_scalar(select)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let found: Option<Option<i64>> = on!(&mut tx, t => {
+            sqlx::query_scalar(select).bind(key).fetch_optional(&mut **t).await?
+        });
         match (found, revoked) {
             (None, _) => return Err(StoreError::NotFound { kind, name: name() }),
             (Some(Some(_)), false) => return Err(StoreError::Revoked { kind, name: name() }),
             (Some(None), true) => return Err(StoreError::NotRevoked { kind, name: name() }),
             _ => {}
         }
-        sqlx::query(update)
-            .bind(value)
-            .bind(key)
-            .execute(&mut *tx)
-            .await?;
+        on!(&mut tx, t => { sqlx::query(update).bind(value).bind(key).execute(&mut **t).await?; });
         Self::bump(&mut tx).await?;
         self.commit(tx).await?;
         Ok(())
@@ -465,7 +510,7 @@ impl Store {
 
     /// Commit an admin write's transaction, with the action's record when
     /// this store acts for one.
-    async fn commit(&self, mut tx: sqlx::Transaction<'_, sqlx::Any>) -> Result<(), StoreError> {
+    async fn commit(&self, mut tx: Tx) -> Result<(), StoreError> {
         let a = self
             .acting
             .as_ref()
@@ -473,7 +518,7 @@ impl Store {
         if let Some(a) = a {
             Self::insert_admin_audit(&mut tx, &a.actor, &a.action, &a.target, "ok").await?;
         }
-        tx.commit().await?;
+        on!(tx, t => t.commit().await?);
         if let Some(a) = a {
             a.recorded.store(true, Ordering::Relaxed);
         }
@@ -490,27 +535,32 @@ impl Store {
         if outcome == "ok" && a.recorded.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let mut c = self.pool.acquire().await?;
-        Self::insert_admin_audit(&mut c, &a.actor, &a.action, &a.target, outcome).await
+        let mut tx = self.begin().await?;
+        Self::insert_admin_audit(&mut tx, &a.actor, &a.action, &a.target, outcome).await?;
+        on!(tx, t => t.commit().await?);
+        Ok(())
     }
 
     async fn insert_admin_audit(
-        c: &mut sqlx::AnyConnection,
+        tx: &mut Tx,
         actor: &str,
         action: &str,
         target: &str,
         outcome: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO admin_audit (at, actor, action, target, outcome) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(now_ms())
-        .bind(actor)
-        .bind(action)
-        .bind(target)
-        .bind(outcome)
-        .execute(c)
-        .await?;
+        let sql =
+            "INSERT INTO admin_audit (at, actor, action, target, outcome) VALUES ($1, $2, $3, $4, $5)";
+        let at = now_ms();
+        on!(tx, t => {
+            sqlx::query(sql)
+                .bind(at)
+                .bind(actor)
+                .bind(action)
+                .bind(target)
+                .bind(outcome)
+                .execute(&mut **t)
+                .await?;
+        });
         Ok(())
     }
 }

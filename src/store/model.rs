@@ -34,6 +34,13 @@ impl std::str::FromStr for Scheme {
     }
 }
 
+impl TryFrom<String> for Scheme {
+    type Error = UnknownScheme;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
 /// What a sealed value is: where it is stored, and the associated data
 /// that binds it to its row (a blob copied onto another row, or into the
 /// other table, fails to open).
@@ -74,7 +81,7 @@ impl Sealed {
 pub struct UnknownScheme(pub String);
 
 /// What identifies one call. Absent tool or arguments are `""`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct CallKey {
     pub caller: String,
     pub connection: String,
@@ -200,6 +207,14 @@ impl Status {
     }
 
     pub(crate) fn parse(s: &str) -> Result<Status, sqlx::Error> {
+        Self::try_from(s.to_string())
+    }
+}
+
+impl TryFrom<String> for Status {
+    type Error = sqlx::Error;
+    fn try_from(s: String) -> Result<Status, sqlx::Error> {
+        let s = s.as_str();
         Ok(match s {
             "pending" => Status::Pending,
             "granted" => Status::Granted,
@@ -225,7 +240,9 @@ impl serde::Serialize for Status {
 /// What the approver is shown of a call besides its key: the parts of
 /// the call the key binds that a person needs to judge it. Never a secret:
 /// the session appears only as a fingerprint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema, sqlx::FromRow,
+)]
 pub struct Shown {
     /// The sub-path after the connection address (`""`: none).
     pub sub_path: Option<String>,
@@ -262,18 +279,20 @@ pub struct NewApproval {
 /// An approval as stored. Rows recorded before calls were bound whole
 /// (their `arguments_sha256` has no `v2:`) show no sub-path, query or
 /// session.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct Approval {
     pub id: String,
     /// Unix milliseconds.
     pub created_at: i64,
     #[serde(flatten)]
+    #[sqlx(flatten)]
     pub key: CallKey,
     /// A tool call's `arguments` (from the sealed call, opened for the
     /// approver; on rows recorded before, only with `--audit-arguments`).
     pub arguments: Option<String>,
     pub reason: Option<String>,
     /// Where it stands now ([`Status::at`]).
+    #[sqlx(try_from = "String")]
     pub status: Status,
     pub decided_at: Option<i64>,
     /// The admin token's name that decided it, or `cli`.
@@ -282,6 +301,7 @@ pub struct Approval {
     pub expires_at: Option<i64>,
     pub uses_left: Option<i64>,
     #[serde(flatten)]
+    #[sqlx(flatten)]
     pub shown: Shown,
     /// The sealed call, opened into `shown.params` by whoever holds the
     /// master key; never listed itself.
@@ -294,7 +314,7 @@ pub struct Approval {
 }
 
 /// One decision, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct AuditRecord {
     pub id: i64,
     /// Unix milliseconds.
@@ -313,6 +333,7 @@ pub struct AuditRecord {
     /// The arguments themselves, only with `--audit-arguments`.
     pub arguments: Option<String>,
     /// The status the caller got (the upstream's, or tessera's own).
+    #[sqlx(try_from = "i64")]
     pub status: u16,
     pub duration_us: i64,
 }
@@ -336,11 +357,12 @@ pub struct AuditQuery {
 
 /// A credential row. `sealed` is the AEAD blob; it is opened only when a
 /// snapshot is built.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct CredentialRow {
     pub id: i64,
     pub name: String,
     pub upstream: String,
+    #[sqlx(try_from = "String")]
     pub scheme: Scheme,
     pub header_name: Option<String>,
     pub username: Option<String>,
@@ -363,7 +385,7 @@ pub struct CallerRow {
 }
 
 /// A connection row, with the names it refers to.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ConnectionRow {
     pub id: String,
     pub caller_id: i64,
@@ -403,7 +425,7 @@ pub struct NewCredential<'a> {
 }
 
 /// An admin token as listed: never its value or digest.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct AdminTokenRow {
     pub name: String,
     /// `admin` or `approver`.
@@ -414,7 +436,7 @@ pub struct AdminTokenRow {
 }
 
 /// One admin action, as recorded.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct AdminAction {
     pub id: i64,
     /// Unix milliseconds.

@@ -7,7 +7,7 @@ pub struct OAuthRefresh {
     store: Store,
     credential: String,
     /// Postgres: the transaction holding the credential's row lock.
-    tx: Option<sqlx::Transaction<'static, sqlx::Any>>,
+    tx: Option<Tx>,
 }
 
 impl OAuthRefresh {
@@ -16,27 +16,16 @@ impl OAuthRefresh {
     pub async fn stored(&mut self) -> Result<StoredOAuth, StoreError> {
         let secrets = "SELECT sealed FROM credentials WHERE name = $1";
         let token = "SELECT sealed, expires_at FROM oauth_tokens WHERE credential = $1";
+        let name = &self.credential;
         let (sealed_secrets, token) = match &mut self.tx {
-            Some(tx) => (
-                sqlx::query_scalar(secrets)
-                    .bind(&self.credential)
-                    .fetch_one(&mut **tx)
-                    .await?,
-                sqlx::query_as(token)
-                    .bind(&self.credential)
-                    .fetch_optional(&mut **tx)
-                    .await?,
-            ),
-            None => (
-                sqlx::query_scalar(secrets)
-                    .bind(&self.credential)
-                    .fetch_one(&self.store.pool)
-                    .await?,
-                sqlx::query_as(token)
-                    .bind(&self.credential)
-                    .fetch_optional(&self.store.pool)
-                    .await?,
-            ),
+            Some(tx) => on!(tx, t => (
+                sqlx::query_scalar(secrets).bind(name).fetch_one(&mut **t).await?,
+                sqlx::query_as(token).bind(name).fetch_optional(&mut **t).await?,
+            )),
+            None => on!(&self.store.db, p => (
+                sqlx::query_scalar(secrets).bind(name).fetch_one(p).await?,
+                sqlx::query_as(token).bind(name).fetch_optional(p).await?,
+            )),
         };
         Ok(StoredOAuth {
             sealed_secrets,
@@ -61,7 +50,7 @@ impl OAuthRefresh {
                     sealed_secrets,
                 )
                 .await?;
-                tx.commit().await?;
+                on!(tx, t => t.commit().await?);
                 Ok(())
             }
             None => {
@@ -74,28 +63,26 @@ impl OAuthRefresh {
 }
 
 async fn write_oauth_token(
-    tx: &mut sqlx::AnyConnection,
+    tx: &mut Tx,
     credential: &str,
     sealed_token: &[u8],
     expires_at: Option<i64>,
     sealed_secrets: Option<&[u8]>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES ($1, $2, $3) \
-         ON CONFLICT (credential) DO UPDATE SET sealed = excluded.sealed, expires_at = excluded.expires_at",
-    )
-    .bind(credential)
-    .bind(sealed_token)
-    .bind(expires_at)
-    .execute(&mut *tx)
-    .await?;
-    if let Some(sealed) = sealed_secrets {
-        sqlx::query("UPDATE credentials SET sealed = $1 WHERE name = $2")
-            .bind(sealed)
+    let put = "INSERT INTO oauth_tokens (credential, sealed, expires_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (credential) DO UPDATE SET sealed = excluded.sealed, expires_at = excluded.expires_at";
+    let rotate = "UPDATE credentials SET sealed = $1 WHERE name = $2";
+    on!(tx, t => {
+        sqlx::query(put)
             .bind(credential)
-            .execute(&mut *tx)
+            .bind(sealed_token)
+            .bind(expires_at)
+            .execute(&mut **t)
             .await?;
-    }
+        if let Some(sealed) = sealed_secrets {
+            sqlx::query(rotate).bind(sealed).bind(credential).execute(&mut **t).await?;
+        }
+    });
     Ok(())
 }
 
@@ -135,11 +122,10 @@ impl Store {
             Backend::Sqlite => None,
             Backend::Postgres => {
                 let mut tx = self.begin().await?;
-                let found: Option<i64> =
-                    sqlx::query_scalar("SELECT id FROM credentials WHERE name = $1 FOR UPDATE")
-                        .bind(credential)
-                        .fetch_optional(&mut *tx)
-                        .await?;
+                let sql = "SELECT id FROM credentials WHERE name = $1 FOR UPDATE";
+                let found: Option<i64> = on!(&mut tx, t => {
+                    sqlx::query_scalar(sql).bind(credential).fetch_optional(&mut **t).await?
+                });
                 if found.is_none() {
                     return Err(StoreError::NotFound {
                         kind: "credential",
@@ -160,16 +146,12 @@ impl Store {
     pub async fn oauth_tokens(
         &self,
     ) -> Result<std::collections::HashMap<String, (Vec<u8>, Option<i64>)>, StoreError> {
-        let rows = sqlx::query("SELECT credential, sealed, expires_at FROM oauth_tokens")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("credential")?,
-                    (r.try_get("sealed")?, r.try_get("expires_at")?),
-                ))
-            })
-            .collect()
+        let sql = "SELECT credential, sealed, expires_at FROM oauth_tokens";
+        let rows: Vec<(String, Vec<u8>, Option<i64>)> =
+            on!(&self.db, p => sqlx::query_as(sql).fetch_all(p).await?);
+        Ok(rows
+            .into_iter()
+            .map(|(name, sealed, expires_at)| (name, (sealed, expires_at)))
+            .collect())
     }
 }
