@@ -449,7 +449,7 @@ def main():
         add(tessera, "db", per_request)
         print(f"tessera: {total} statements during {nreq} requests: {polls} background "
               f"revision polls, {audits} audit inserts (batches of up to 512 records, "
-              f"each one transaction of inserts of up to 256, written by one task off "
+              f"each one transaction of inserts of up to 64, written by one task off "
               f"the request path); "
               f"{total - polls - audits} on the request path", flush=True)
         micro = None if a.smoke else micro_benchmarks()
@@ -534,12 +534,15 @@ def report(res, a, micro=None):
     if micro:
         lines += ["", "| per-request piece (criterion, median) | time | target |", "|---|---|---|"]
         for n, ns in micro:
-            # The audit group times one batch; shown per record. It runs
-            # off the request path (one writer task), on the proxy's core.
+            # The audit groups time one batch; shown per record. It runs
+            # off the request path (one writer task), on the proxy's core:
+            # its CPU per record (the "audit CPU" group, the process's CPU
+            # clock) has issue 27's target; the wall time waits on fsync.
             batch = re.search(r"batch of (\d+) records", n)
             if batch:
+                target = "≤ 1,000 ns CPU" if n.startswith("audit CPU") else "— (wall time)"
                 lines.append(f"| {n}, per record | {ns / int(batch.group(1)):,.0f} ns "
-                             f"| — (off the request path) |")
+                             f"| {target} |")
             else:
                 lines.append(f"| {n} | {ns:,.0f} ns | ≤ 1,000 ns |")
     return "\n".join(lines)
@@ -591,7 +594,7 @@ Written by `bench/run.sh` on {now}; tessera at `{rev}`.
 - Database: tessera's sqlx statement log is counted during a steady wrk run;
   the background revision poll (every 250 ms, independent of load) and the
   audit trail's inserts (one task; a batch of up to 512 records is one
-  transaction of inserts of up to 256) are
+  transaction of inserts of up to 64) are
   counted apart from statements on the request path.
 {compared}- Versions: {version(["rustc", "--version"])}; {version(["nginx", "-v"])};
   {version(["wrk", "-v"])}; {version(["oha", "--version"])}.

@@ -3,13 +3,17 @@
 use super::*;
 
 /// The most audit rows one insert statement carries (12 parameters each).
-const AUDIT_CHUNK_MAX: usize = 256;
+/// One statement holds a core for its whole run (on SQLite, sqlx's worker
+/// thread, which shares the proxy's core): at about 3 µs of CPU per row,
+/// 64 rows hold it about 0.2 ms, where 256 held it about 0.8 ms (issue 27:
+/// no write holds a core for more than 0.25 ms). The CPU per row barely
+/// moves with the chunk (`cargo bench --bench micro -- "audit CPU"`).
+const AUDIT_CHUNK_MAX: usize = 64;
 
-/// `INSERT INTO audit … VALUES (…), (…)` for `rows` rows. Placeholders are
-/// written out here: sqlx's query builder writes `?` for the Any driver,
-/// which Postgres does not read. SQLite gets plain `?`: it looks each `$N`
-/// up by name in a list, which made a batch of 512 rows (6,144
-/// parameters) cost 127 µs per row instead of 8 µs.
+/// `INSERT INTO audit … VALUES (…), (…)` for `rows` rows, each dialect's
+/// placeholders written out (one text per size, built once). SQLite gets
+/// plain `?`: it looks each `$N` up by name in a list, which made a batch
+/// of 512 rows (6,144 parameters) cost 127 µs per row instead of 8 µs.
 fn audit_insert_text(backend: Backend, rows: usize) -> String {
     const COLUMNS: usize = 12;
     let mut sql = String::from(
@@ -40,8 +44,8 @@ impl Store {
     /// Write audit records in one transaction.
     ///
     /// The batch goes in as chunks of power-of-two sizes (its binary
-    /// digits: 300 rows are 256 + 32 + 8 + 4), at most one statement per
-    /// size. So only ten SQL texts ever exist, and each is prepared once
+    /// digits below [`AUDIT_CHUNK_MAX`]: 300 rows are 4 × 64 + 32 + 8 + 4).
+    /// So only seven SQL texts ever exist, and each is prepared once
     /// per connection. A text per batch size was parsed anew for nearly
     /// every batch: the parser made 11 of SQLite's 21 allocations per row
     /// and cost more than the insert (`cargo bench --bench micro -- audit`).

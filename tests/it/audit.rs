@@ -277,7 +277,9 @@ async fn batches_of_every_size_land_whole_and_in_order() {
     let store = dir.store().await;
     let mut next = 0;
     let mut sizes: Vec<i64> = (1..=33).collect();
-    sizes.extend([255, 256, 257, 300, 511, 512, 513, 700]);
+    sizes.extend([
+        63, 64, 65, 127, 128, 129, 255, 256, 257, 300, 511, 512, 513, 700,
+    ]);
     for n in sizes {
         let batch: Vec<_> = (next..next + n).map(record).collect();
         store.insert_audit(&batch).await.unwrap();
