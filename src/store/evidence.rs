@@ -74,12 +74,23 @@ impl Store {
         tool: Option<&str>,
     ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
-        // `$N IS NULL OR …`: one text for the four combinations.
-        let sql = "DELETE FROM approval_evidence \
-                   WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR tool = $2)";
+        // A text per combination, each binding only what it names: with
+        // `$1 IS NULL OR caller = $1` SQLite plans before the values are
+        // known and scans the whole table, the write lock held (found by
+        // review).
+        let sql = match (caller, tool) {
+            (Some(_), Some(_)) => "DELETE FROM approval_evidence WHERE caller = $1 AND tool = $2",
+            (Some(_), None) => "DELETE FROM approval_evidence WHERE caller = $1",
+            (None, Some(_)) => "DELETE FROM approval_evidence WHERE tool = $1",
+            (None, None) => "DELETE FROM approval_evidence",
+        };
         let next = "UPDATE evidence_state SET generation = generation + 1 WHERE id = 1";
         let n = on!(&mut tx, t => {
-            sqlx::query(sql).bind(caller).bind(tool).execute(&mut **t).await?.rows_affected()
+            let mut q = sqlx::query(sql);
+            for v in [caller, tool].into_iter().flatten() {
+                q = q.bind(v);
+            }
+            q.execute(&mut **t).await?.rows_affected()
         });
         Self::bump(&mut tx).await?;
         on!(&mut tx, t => { sqlx::query(next).execute(&mut **t).await?; });

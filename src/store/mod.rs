@@ -7,8 +7,9 @@
 //! options and the change notifications differ.
 //!
 //! Typed rather than sqlx's `Any` driver (issue 27): `Any` converts every
-//! bound value and every cell through its own value type, and drops
-//! SQLite's connect options (the busy timeout, `synchronous`).
+//! bound value and every cell through its own value type, and rebuilds
+//! SQLite's connect options from a URL (only what a URL can say reaches
+//! the driver; the busy timeout and `synchronous` here are set in code).
 //!
 //! Every change bumps the single `revision` row in the same transaction, so
 //! a serving process can poll one integer (or, on Postgres, be told by

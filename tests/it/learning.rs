@@ -603,6 +603,22 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
 }
 
 #[tokio::test]
+async fn forget_by_caller_drops_that_callers_answers_only() {
+    let up = Upstream::start().await;
+    let p = learn_proxy(|_| {}).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let ids = hold(&a, "run_tests", 1..=10).await;
+    answer(&p, &ids, "grant");
+    ok(p.cli(&["approval", "forget", "--caller", "someone-else"]));
+    let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
+    assert!(ran(&v), "another caller's forget dropped this one's: {v}");
+    ok(p.cli(&["approval", "forget", "--caller", "agent"]));
+    let (_, v) = post_json(&a, call(12, "run_tests", suite(12))).await;
+    approval_in(&v);
+    assert_eq!(up.seen().len(), 1);
+}
+
+#[tokio::test]
 async fn forget_all_drops_every_answer() {
     let up = Upstream::start().await;
     let p = learn_proxy(|_| {}).await;
