@@ -602,13 +602,19 @@ async fn explain_agrees_with_serve_and_forget_unlearns() {
     assert_eq!(up.seen().len(), 1);
 }
 
-#[tokio::test]
-async fn forget_by_caller_drops_that_callers_answers_only() {
+/// An agent whose `run_tests` calls people granted ten times: learned.
+async fn learned() -> (Upstream, Proxy, Agent) {
     let up = Upstream::start().await;
     let p = learn_proxy(|_| {}).await;
     let a = p.agent("gh", &up.url("/mcp"), "agent").await;
     let ids = hold(&a, "run_tests", 1..=10).await;
     answer(&p, &ids, "grant");
+    (up, p, a)
+}
+
+#[tokio::test]
+async fn forget_by_caller_drops_that_callers_answers_only() {
+    let (up, p, a) = learned().await;
     ok(p.cli(&["approval", "forget", "--caller", "someone-else"]));
     let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
     assert!(ran(&v), "another caller's forget dropped this one's: {v}");
@@ -620,11 +626,7 @@ async fn forget_by_caller_drops_that_callers_answers_only() {
 
 #[tokio::test]
 async fn forget_all_drops_every_answer() {
-    let up = Upstream::start().await;
-    let p = learn_proxy(|_| {}).await;
-    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
-    let ids = hold(&a, "run_tests", 1..=10).await;
-    answer(&p, &ids, "grant");
+    let (up, p, a) = learned().await;
     // Forgetting another tool leaves run_tests learned.
     ok(p.cli(&["approval", "forget", "--tool", "run_lint"]));
     let (_, v) = post_json(&a, call(11, "run_tests", suite(11))).await;
