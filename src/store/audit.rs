@@ -96,13 +96,13 @@ impl Store {
     pub(super) fn audit_insert_sql(&self, log2: usize) -> &'static str {
         static SQLITE: OnceLock<Vec<String>> = OnceLock::new();
         static POSTGRES: OnceLock<Vec<String>> = OnceLock::new();
-        let texts = match self.backend {
+        let texts = match self.backend() {
             Backend::Sqlite => &SQLITE,
             Backend::Postgres => &POSTGRES,
         };
         let texts = texts.get_or_init(|| {
             (0..=AUDIT_CHUNK_MAX.ilog2())
-                .map(|l| audit_insert_text(self.backend, 1 << l))
+                .map(|l| audit_insert_text(self.backend(), 1 << l))
                 .collect()
         });
         &texts[log2]

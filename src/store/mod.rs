@@ -222,7 +222,6 @@ const SQLITE_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 #[derive(Clone)]
 pub struct Store {
     db: Db,
-    backend: Backend,
     /// The Postgres URL, for the connection that listens for changes.
     url: Option<DatabaseUrl>,
     /// The admin action this handle does, if any (see [`Store::acting`]).
@@ -313,13 +312,8 @@ impl Store {
                 Dialect::Sqlite(Self::open_sqlite(opts).await?)
             }
         };
-        let backend = match db {
-            Dialect::Sqlite(_) => Backend::Sqlite,
-            Dialect::Postgres(_) => Backend::Postgres,
-        };
         let store = Store {
             db,
-            backend,
             url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
             acting: None,
         };
@@ -385,14 +379,17 @@ impl Store {
     }
 
     fn migrator(&self) -> &'static sqlx::migrate::Migrator {
-        match self.backend {
+        match self.backend() {
             Backend::Sqlite => &SQLITE_MIGRATIONS,
             Backend::Postgres => &POSTGRES_MIGRATIONS,
         }
     }
 
     pub fn backend(&self) -> Backend {
-        self.backend
+        match self.db {
+            Dialect::Sqlite(_) => Backend::Sqlite,
+            Dialect::Postgres(_) => Backend::Postgres,
+        }
     }
 
     /// The Postgres URL, when the store is on Postgres.

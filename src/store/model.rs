@@ -207,14 +207,6 @@ impl Status {
     }
 
     pub(crate) fn parse(s: &str) -> Result<Status, sqlx::Error> {
-        Self::try_from(s.to_string())
-    }
-}
-
-impl TryFrom<String> for Status {
-    type Error = sqlx::Error;
-    fn try_from(s: String) -> Result<Status, sqlx::Error> {
-        let s = s.as_str();
         Ok(match s {
             "pending" => Status::Pending,
             "granted" => Status::Granted,
@@ -228,6 +220,14 @@ impl TryFrom<String> for Status {
                 ))
             }
         })
+    }
+}
+
+/// A stored status, as a row is read (`#[sqlx(try_from = "String")]`).
+impl TryFrom<String> for Status {
+    type Error = sqlx::Error;
+    fn try_from(s: String) -> Result<Status, sqlx::Error> {
+        Status::parse(&s)
     }
 }
 

@@ -118,7 +118,7 @@ impl Store {
     /// process, whose own single-flight suffices, and a write lock held
     /// for a token request would stall the audit writer.
     pub async fn begin_oauth_refresh(&self, credential: &str) -> Result<OAuthRefresh, StoreError> {
-        let tx = match self.backend {
+        let tx = match self.backend() {
             Backend::Sqlite => None,
             Backend::Postgres => {
                 let mut tx = self.begin().await?;
