@@ -157,7 +157,7 @@ async fn write_batches(
         }
         let mut backoff = Duration::from_millis(50);
         while !batch.is_empty() {
-            match write_within(&store, &batch, timeout, &failing).await {
+            match write_within(&store, &mut batch, timeout, &failing).await {
                 Ok(()) => {
                     batch.clear();
                     if failing.swap(false, Ordering::Relaxed) {
@@ -185,7 +185,7 @@ async fn write_batches(
 /// retry.
 async fn write_within(
     store: &Store,
-    batch: &[AuditRecord],
+    batch: &mut Vec<AuditRecord>,
     timeout: Duration,
     failing: &AtomicBool,
 ) -> Result<(), StoreError> {

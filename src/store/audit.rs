@@ -3,8 +3,8 @@
 use super::*;
 
 /// The most audit rows one insert statement carries (12 parameters each).
-/// One statement holds a core for its whole run (on SQLite, sqlx's worker
-/// thread, which shares the proxy's core): at about 3 µs of CPU per row,
+/// One statement holds a core for its whole run (on SQLite, the audit
+/// writer's thread, which may share the proxy's core): at about 3 µs of CPU per row,
 /// 64 rows hold it about 0.2 ms, where 256 held it about 0.8 ms (issue 27:
 /// no write holds a core for more than 0.25 ms). The CPU per row barely
 /// moves with the chunk (`cargo bench --bench micro -- "audit CPU"`).
@@ -40,72 +40,90 @@ fn audit_insert_text(backend: Backend, rows: usize) -> String {
     sql
 }
 
+/// A batch as chunks of power-of-two sizes (its binary digits below
+/// [`AUDIT_CHUNK_MAX`]: 300 rows are 4 × 64 + 32 + 8 + 4). So only seven
+/// SQL texts ever exist, and each is prepared once per connection. A text
+/// per batch size was parsed anew for nearly every batch: the parser made
+/// 11 of SQLite's 21 allocations per row and cost more than the insert
+/// (`cargo bench --bench micro -- audit`).
+pub(super) fn chunks(rows: &[AuditRecord]) -> impl Iterator<Item = &[AuditRecord]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let size = AUDIT_CHUNK_MAX.min(1 << rest.len().ilog2());
+        let (chunk, after) = rest.split_at(size);
+        rest = after;
+        Some(chunk)
+    })
+}
+
+/// The insert of `rows` audit rows (a power of two up to
+/// [`AUDIT_CHUNK_MAX`]), built once per process.
+pub(super) fn audit_insert_sql(backend: Backend, rows: usize) -> &'static str {
+    static SQLITE: OnceLock<Vec<String>> = OnceLock::new();
+    static POSTGRES: OnceLock<Vec<String>> = OnceLock::new();
+    let texts = match backend {
+        Backend::Sqlite => &SQLITE,
+        Backend::Postgres => &POSTGRES,
+    };
+    let texts = texts.get_or_init(|| {
+        (0..=AUDIT_CHUNK_MAX.ilog2())
+            .map(|l| audit_insert_text(backend, 1 << l))
+            .collect()
+    });
+    &texts[rows.ilog2() as usize]
+}
+
 impl Store {
-    /// Write audit records in one transaction.
+    /// Write audit records in one transaction: all land or none. `rows`
+    /// holds them again when this returns, written or not.
     ///
-    /// The batch goes in as chunks of power-of-two sizes (its binary
-    /// digits below [`AUDIT_CHUNK_MAX`]: 300 rows are 4 × 64 + 32 + 8 + 4).
-    /// So only seven SQL texts ever exist, and each is prepared once
-    /// per connection. A text per batch size was parsed anew for nearly
-    /// every batch: the parser made 11 of SQLite's 21 allocations per row
-    /// and cost more than the insert (`cargo bench --bench micro -- audit`).
-    pub async fn insert_audit(&self, rows: &[AuditRecord]) -> Result<(), StoreError> {
+    /// On SQLite the store's audit writer does it, on its own connection
+    /// and thread ([`super::audit_sqlite`]), started with the first batch.
+    pub async fn insert_audit(&self, rows: &mut Vec<AuditRecord>) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
         }
-        // In a transaction: the chunks land together. On Postgres this
-        // also means a write the audit writer abandons (no answer from a
-        // partitioned server) is rolled back, not left to land after its
-        // retry. SQLite bounds its wait for the write lock (the busy
-        // timeout), so a write there is never abandoned. The lock is held
-        // across the chunks' round trips to sqlx's worker; admin
-        // transactions take it up front (`begin`), so they wait for it
-        // rather than fail.
-        let mut tx = self.begin().await?;
-        let mut rest = rows;
-        while !rest.is_empty() {
-            let size = AUDIT_CHUNK_MAX.min(1 << rest.len().ilog2());
-            let (chunk, after) = rest.split_at(size);
-            let sql = self.audit_insert_sql(size.ilog2() as usize);
-            on!(&mut tx, t => {
-                let mut q = sqlx::query(sql);
-                for r in chunk {
-                    q = q
-                        .bind(r.at)
-                        .bind(&r.caller)
-                        .bind(&r.connection)
-                        .bind(&r.http_method)
-                        .bind(&r.rpc_method)
-                        .bind(&r.tool)
-                        .bind(&r.verdict)
-                        .bind(&r.reason)
-                        .bind(&r.arguments_sha256)
-                        .bind(&r.arguments)
-                        .bind(i64::from(r.status))
-                        .bind(r.duration_us);
-                }
-                q.execute(&mut **t).await?;
-            });
-            rest = after;
-        }
-        on!(tx, t => t.commit().await?);
-        Ok(())
-    }
-
-    /// The insert of `2^log2` audit rows, built once per process.
-    pub(super) fn audit_insert_sql(&self, log2: usize) -> &'static str {
-        static SQLITE: OnceLock<Vec<String>> = OnceLock::new();
-        static POSTGRES: OnceLock<Vec<String>> = OnceLock::new();
-        let texts = match self.backend() {
-            Backend::Sqlite => &SQLITE,
-            Backend::Postgres => &POSTGRES,
+        let pool = match &self.db {
+            Dialect::Sqlite(pool) => {
+                let writer = self
+                    .audit_writer
+                    .get_or_try_init(|| async {
+                        let file = pool.connect_options().get_filename().to_path_buf();
+                        super::audit_sqlite::SqliteAuditWriter::start(file)
+                    })
+                    .await?;
+                return writer.write(rows).await;
+            }
+            Dialect::Postgres(pool) => pool,
         };
-        let texts = texts.get_or_init(|| {
-            (0..=AUDIT_CHUNK_MAX.ilog2())
-                .map(|l| audit_insert_text(self.backend(), 1 << l))
-                .collect()
-        });
-        &texts[log2]
+        // In a transaction: the chunks land together, and a write the
+        // audit writer abandons (no answer from a partitioned server) is
+        // rolled back, not left to land after its retry.
+        let mut tx = pool.begin().await?;
+        for chunk in chunks(rows) {
+            let mut q = sqlx::query(audit_insert_sql(Backend::Postgres, chunk.len()));
+            for r in chunk {
+                q = q
+                    .bind(r.at)
+                    .bind(&r.caller)
+                    .bind(&r.connection)
+                    .bind(&r.http_method)
+                    .bind(&r.rpc_method)
+                    .bind(&r.tool)
+                    .bind(&r.verdict)
+                    .bind(&r.reason)
+                    .bind(&r.arguments_sha256)
+                    .bind(&r.arguments)
+                    .bind(i64::from(r.status))
+                    .bind(r.duration_us);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Audit records matching `q`, oldest first: the newest `q.limit`, or

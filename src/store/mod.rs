@@ -29,6 +29,7 @@ mod admin_audit;
 mod admin_tokens;
 mod approvals;
 mod audit;
+mod audit_sqlite;
 mod callers;
 mod connections;
 mod credentials;
@@ -70,6 +71,10 @@ pub enum StoreError {
     // error report (anyhow's `{:#}`) does not print it twice.
     #[error("database: {0}")]
     Db(sqlx::Error),
+    #[error("database: {0}")]
+    Sqlite(rusqlite::Error),
+    #[error("the audit writer: {0}")]
+    AuditWriter(String),
     #[error("database: no answer within {0} ms")]
     Timeout(u64),
     #[error("applying migrations: {0}")]
@@ -226,6 +231,8 @@ pub struct Store {
     url: Option<DatabaseUrl>,
     /// The admin action this handle does, if any (see [`Store::acting`]).
     acting: Option<Arc<Acting>>,
+    /// On SQLite, the audit trail's writer, started by the first batch.
+    audit_writer: Arc<tokio::sync::OnceCell<audit_sqlite::SqliteAuditWriter>>,
 }
 
 /// An admin action under way: its `admin_audit` row is written in the
@@ -316,6 +323,7 @@ impl Store {
             db,
             url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
             acting: None,
+            audit_writer: Default::default(),
         };
         let migrated = on!(&store.db, p => store.migrator().run(p).await);
         match migrated {

@@ -242,10 +242,10 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
             // under steady load. (Neither side writes back to back:
             // SQLite's lock has no queue, and a writer that never lets go
             // starves the other past its busy timeout, fix or no fix.)
-            let batch: Vec<_> = (0..100).map(record).collect();
+            let mut batch: Vec<_> = (0..100).map(record).collect();
             let mut batches = 0;
             while !done.load(Relaxed) {
-                server.insert_audit(&batch).await.unwrap();
+                server.insert_audit(&mut batch).await.unwrap();
                 batches += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
@@ -281,8 +281,8 @@ async fn batches_of_every_size_land_whole_and_in_order() {
         63, 64, 65, 127, 128, 129, 255, 256, 257, 300, 511, 512, 513, 700,
     ]);
     for n in sizes {
-        let batch: Vec<_> = (next..next + n).map(record).collect();
-        store.insert_audit(&batch).await.unwrap();
+        let mut batch: Vec<_> = (next..next + n).map(record).collect();
+        store.insert_audit(&mut batch).await.unwrap();
         next += n;
     }
     let rows = store
