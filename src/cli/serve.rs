@@ -19,6 +19,11 @@ pub(crate) struct ServeArgs {
     /// least one admin token exists (tessera admin-token add NAME).
     #[arg(long, env = "TESSERA_ADMIN_LISTEN", default_value = tessera::config::DEFAULT_ADMIN_LISTEN, value_parser = tessera::config::parse_listen)]
     pub(crate) admin_listen: SocketAddr,
+    /// Health, readiness and metrics for probes and scrapers (/livez,
+    /// /readyz, /metrics; no token): IP:PORT, localhost:PORT, or off.
+    /// Always open, admin token or not.
+    #[arg(long, env = "TESSERA_OPS_LISTEN", default_value = tessera::config::DEFAULT_OPS_LISTEN, value_parser = tessera::config::parse_optional_listen)]
+    pub(crate) ops_listen: tessera::config::OptionalListen,
     /// On SIGTERM (or Ctrl-C): how long requests in flight may take to
     /// finish, after event streams were ended and new connections refused.
     /// A second signal exits at once.
@@ -71,6 +76,10 @@ pub(crate) async fn serve_logged(
         .await
         .context("not serving")?;
     let listener = tessera::serve::bind(config.listen).await?;
+    let ops_listener = match a.ops_listen.0 {
+        Some(addr) => Some(tessera::serve::bind_ops(addr).await?),
+        None => None,
+    };
     let process = tessera::serve::Process {
         config,
         store,
@@ -79,6 +88,7 @@ pub(crate) async fn serve_logged(
         policy_dir: policy_dir(a.policies.as_deref()),
         policy_check: Duration::from_millis(a.policy_check_ms),
         admin_listen: Some(a.admin_listen),
+        ops_listener,
         shutdown_grace: Duration::from_millis(a.shutdown_grace_ms),
         release_free_memory: crate::release_free_memory(),
     };
