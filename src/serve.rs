@@ -41,6 +41,9 @@ pub struct Process {
     /// Returns free memory to the system after a wave of streams closes
     /// (the binary's `malloc_trim`; the library has no unsafe code).
     pub release_free_memory: Option<fn()>,
+    /// The log filter, to change while serving (`PUT /v1/log-level`);
+    /// `None` where the process's subscriber is not tessera's own.
+    pub log_filter: Option<Arc<crate::telemetry::log::LogFilter>>,
 }
 
 /// Why `serve` could not start or did not end cleanly.
@@ -71,6 +74,9 @@ pub async fn run(
     tracing::info!(policies = %p.policies.origin, count = p.policies.len(), "policies loaded");
     let (state, _refresher) = State::start(p.config, p.store, p.key, p.policies).await?;
     reload_policies_on_change(&state, p.policy_dir, p.policy_check)?;
+    if let Some(f) = p.log_filter {
+        let _ = state.log_filter.set(f);
+    }
     if let Some(release) = p.release_free_memory {
         tokio::spawn(crate::telemetry::memory::release_after_waves(
             state.metrics.clone(),

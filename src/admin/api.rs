@@ -111,6 +111,8 @@ impl From<AdminError> for ApiError {
             | A::NothingToChange
             | A::Refused(_)
             | A::Policies(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            A::LogLevel(crate::telemetry::log::LogLevelError::Unavailable) => StatusCode::CONFLICT,
+            A::LogLevel(_) => StatusCode::BAD_REQUEST,
         };
         if status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(error = %e, "admin request failed");
@@ -422,6 +424,7 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(policies_in_force))
         .routes(routes!(check_policies))
         .routes(routes!(reload_policies))
+        .routes(routes!(get_log_level, set_log_level))
         .routes(routes!(metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -1347,6 +1350,53 @@ async fn reload_policies(
 }
 
 // ---- operability ---------------------------------------------------------
+
+/// The log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or
+/// `EnvFilter` directives (`info,tessera::access=warn`).
+#[derive(Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogLevel {
+    #[schema(example = "debug")]
+    level: String,
+}
+
+fn log_filter(s: &State) -> ApiResult<&crate::telemetry::log::LogFilter> {
+    s.log_filter.get().map(|f| f.as_ref()).ok_or_else(|| {
+        ApiError::from(AdminError::LogLevel(
+            crate::telemetry::log::LogLevelError::Unavailable,
+        ))
+    })
+}
+
+/// The log filter in force in this process.
+#[utoipa::path(get, path = "/v1/log-level", tag = "operability",
+    responses((status = 200, body = LogLevel), (status = 401, body = ApiError),
+        (status = 409, body = ApiError)))]
+async fn get_log_level(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<LogLevel>> {
+    Ok(Json(LogLevel {
+        level: log_filter(&s)?.current(),
+    }))
+}
+
+/// Change this process's log filter at once, without a restart (recorded
+/// in the admin audit as `log-level.set`). 400 for a filter that does not
+/// parse, with what to give.
+#[utoipa::path(put, path = "/v1/log-level", tag = "operability", request_body = LogLevel,
+    responses((status = 200, body = LogLevel), (status = 400, body = ApiError),
+        (status = 401, body = ApiError), (status = 409, body = ApiError)))]
+async fn set_log_level(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Body(body): Body<LogLevel>,
+) -> ApiResult<Json<LogLevel>> {
+    let log = s.log_filter.get().map(|f| f.as_ref());
+    service::Admin::new(&s.store, &actor)
+        .log_level(log, &body.level)
+        .await?;
+    Ok(Json(LogLevel {
+        level: log_filter(&s)?.current(),
+    }))
+}
 
 /// Prometheus text format (the ops listener serves the same without a
 /// token).

@@ -19,6 +19,7 @@ mod config;
 mod connection;
 mod credential;
 mod key;
+mod log_level;
 mod output;
 mod policy;
 mod serve;
@@ -38,6 +39,7 @@ pub(crate) use self::config::*;
 pub(crate) use self::connection::*;
 pub(crate) use self::credential::*;
 pub(crate) use self::key::*;
+pub(crate) use self::log_level::*;
 pub(crate) use self::output::*;
 pub(crate) use self::policy::*;
 pub(crate) use self::serve::*;
@@ -158,6 +160,9 @@ pub(crate) enum Cmd {
     /// The settings `serve` would run with.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Change a running serve's log filter at once, through its admin API
+    /// (an admin token in TESSERA_ADMIN_TOKEN).
+    LogLevel(LogLevelArgs),
     /// Create the data dir (the SQLite database and the master key) or
     /// migrate the named database; other admin commands refuse to create
     /// the default ./tessera-data themselves.
@@ -222,6 +227,7 @@ const READS_SERVE_SETTINGS: &[&[&str]] = &[
     &["connection", "add"],
     &["connection", "list"],
     &["approval", "explain"],
+    &["log-level"],
 ];
 
 /// `cmd` with the setting `key` (a long flag name) of the subcommand at
@@ -371,6 +377,10 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         data_dir: cli.data_dir,
         json: cli.json,
     };
+    // The one command that reaches a running serve, not the store.
+    if let Cmd::LogLevel(a) = cli.cmd {
+        return log_level(&at, a).await;
+    }
     let creates = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Init);
     if implicit && !creates && !at.data_dir.exists() {
         let here = std::env::current_dir()
@@ -409,8 +419,8 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         Cmd::Approval(c) => approval(&at, c).await,
         Cmd::Key(c) => key(&at, c).await,
         Cmd::AdminToken(c) => admin_token(&at, c).await,
-        // Handled in main, before a runtime is built.
-        Cmd::Config(_) => Ok(()),
+        // Handled in main, before a runtime is built; and above.
+        Cmd::Config(_) | Cmd::LogLevel(_) => Ok(()),
         Cmd::Migrate => {
             let store = at.store().await?;
             let v = store.schema_version();

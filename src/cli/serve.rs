@@ -47,19 +47,20 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
-    let log = tessera::telemetry::log::Buffered::stderr();
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(log.clone());
-    match a.log_format.as_str() {
-        "json" => fmt.event_format(tessera::telemetry::log::JsonLines).init(),
-        _ => fmt.event_format(tessera::telemetry::log::Logfmt).init(),
-    }
+    use tessera::telemetry::log;
+    let buffered = log::Buffered::stderr();
+    let initial = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| log::Filter::parse(&v).ok())
+        .unwrap_or_else(|| log::Filter::parse("info").expect("info is a filter"));
+    let format = match a.log_format.as_str() {
+        "json" => log::Format::Json,
+        _ => log::Format::Logfmt,
+    };
+    let filter = std::sync::Arc::new(log::init(initial, format, buffered.clone()));
     // Whatever ends serving, the buffered lines are written out first.
-    let served = serve_logged(at, a, &log).await;
-    log.flush();
+    let served = serve_logged(at, a, &buffered, filter).await;
+    buffered.flush();
     served
 }
 
@@ -67,6 +68,7 @@ pub(crate) async fn serve_logged(
     at: &Place,
     a: ServeArgs,
     log: &tessera::telemetry::log::Buffered,
+    log_filter: std::sync::Arc<tessera::telemetry::log::LogFilter>,
 ) -> Result<()> {
     // Validate everything before binding a port.
     let config = tessera::config::parse_serve(raw_serve(&a))?;
@@ -91,6 +93,7 @@ pub(crate) async fn serve_logged(
         ops_listener,
         shutdown_grace: Duration::from_millis(a.shutdown_grace_ms),
         release_free_memory: crate::release_free_memory(),
+        log_filter: Some(log_filter),
     };
     // Start-up lines are shown at once, not a second later.
     let started = |_: &_| log.flush();

@@ -24,6 +24,7 @@ use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{reload, EnvFilter, Registry};
 
 /// Bytes held before the buffer is written out regardless of the timer.
 const FLUSH_AT: usize = 64 * 1024;
@@ -414,6 +415,112 @@ impl<'a> MakeWriter<'a> for Buffered {
     }
 }
 
+/// Why a filter was refused (`PUT /v1/log-level`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LogLevelError {
+    #[error("give a level (error, warn, info, debug, trace) or EnvFilter directives (info,tessera::access=warn)")]
+    Empty,
+    #[error("the filter is longer than {MAX_FILTER_BYTES} bytes")]
+    TooLong,
+    #[error("{0}: give a level (error, warn, info, debug, trace) or EnvFilter directives (info,tessera::access=warn)")]
+    Invalid(String),
+    #[error("this process's log filter cannot be changed while it runs")]
+    Unavailable,
+}
+
+/// The longest filter text taken.
+const MAX_FILTER_BYTES: usize = 1024;
+
+/// A log filter: a level (`debug`) or `EnvFilter` directives
+/// (`info,tessera::access=warn`), checked.
+pub struct Filter {
+    text: String,
+    filter: EnvFilter,
+}
+
+impl Filter {
+    /// Parse `text`; an empty or invalid filter is refused with a message
+    /// that says what to give.
+    pub fn parse(text: &str) -> Result<Filter, LogLevelError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(LogLevelError::Empty);
+        }
+        if text.len() > MAX_FILTER_BYTES {
+            return Err(LogLevelError::TooLong);
+        }
+        let filter = EnvFilter::builder()
+            .parse(text)
+            .map_err(|e| LogLevelError::Invalid(format!("{:?}: {e}", printable(text))))?;
+        Ok(Filter {
+            text: text.to_string(),
+            filter,
+        })
+    }
+
+    /// The filter as given (trimmed).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// The process's log filter, changeable while it runs
+/// (`tracing_subscriber::reload`): `tessera log-level` through
+/// `PUT /v1/log-level`.
+pub struct LogFilter {
+    handle: reload::Handle<EnvFilter, Registry>,
+    current: Mutex<String>,
+}
+
+impl LogFilter {
+    /// The filter in force, as last set.
+    pub fn current(&self) -> String {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Put `f` in force from the next event on.
+    pub fn set(&self, f: Filter) -> Result<(), LogLevelError> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        self.handle
+            .reload(f.filter)
+            .map_err(|_| LogLevelError::Unavailable)?;
+        *current = f.text;
+        Ok(())
+    }
+}
+
+/// The lines' format (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Logfmt,
+    Json,
+}
+
+/// Install the process's subscriber: `initial` filters (a reloadable
+/// `EnvFilter`), lines in `format` to `writer`. The returned [`LogFilter`]
+/// changes the filter while the process runs.
+pub fn init<W>(initial: Filter, format: Format, writer: W) -> LogFilter
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (layer, handle) = reload::Layer::new(initial.filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer);
+    let registry = tracing_subscriber::registry().with(layer);
+    match format {
+        Format::Json => registry.with(fmt.event_format(JsonLines)).init(),
+        Format::Logfmt => registry.with(fmt.event_format(Logfmt)).init(),
+    }
+    LogFilter {
+        handle,
+        current: Mutex::new(initial.text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,6 +682,23 @@ mod tests {
         });
         let text = sink.text();
         assert!(text.contains("INFO") && text.contains("WARN"), "{text}");
+    }
+
+    #[test]
+    fn filters_are_checked_before_they_are_used() {
+        assert_eq!(Filter::parse("debug").unwrap().text(), "debug");
+        assert_eq!(
+            Filter::parse(" info,tessera::access=warn ").unwrap().text(),
+            "info,tessera::access=warn"
+        );
+        assert_eq!(Filter::parse("  ").err(), Some(LogLevelError::Empty));
+        let bad = Filter::parse("tessera=loud").err().unwrap().to_string();
+        assert!(
+            bad.contains("tessera=loud") && bad.contains("give a level"),
+            "{bad}"
+        );
+        let long = "a".repeat(MAX_FILTER_BYTES + 1);
+        assert_eq!(Filter::parse(&long).err(), Some(LogLevelError::TooLong));
     }
 
     #[test]

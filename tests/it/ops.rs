@@ -150,3 +150,149 @@ async fn during_a_database_outage_livez_and_metrics_answer_and_readyz_names_the_
     })
     .await;
 }
+
+/// `tessera log-level` changes a running serve's filter through
+/// `PUT /v1/log-level`: a debug line (the snapshot reload an admin change
+/// causes) appears once the level is debug and is gone again at info. A
+/// filter that does not parse is a 400 saying what to give; every attempt
+/// is in the admin audit; an approver token may not change the level.
+#[tokio::test]
+async fn the_log_level_changes_while_serving() {
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let token = last_line(&cli(d, &["admin-token", "add", "ops"]));
+    let approver = last_line(&cli(
+        d,
+        &["admin-token", "add", "pager", "--role", "approver"],
+    ));
+    let up = Upstream::start().await;
+    let port = Served::free_port();
+    let public = format!("http://127.0.0.1:{port}");
+    let admin = format!("127.0.0.1:{}", Served::free_port());
+    let mut s = Served::start(
+        d,
+        port,
+        &["--admin-listen", admin.as_str()],
+        &[("RUST_LOG", "info")],
+    )
+    .await;
+    s.wait_for("admin API serving").await;
+    let reloads = |log: &str| log.matches("snapshot reloaded").count();
+    // Served once the snapshot holds it, its access line written after.
+    let served = |a: Agent, caller: &'static str| async move {
+        let a = &a;
+        within(Duration::from_secs(10), || async move {
+            send_call(a, 1).await.status() == 200
+        })
+        .await;
+        caller
+    };
+    let set = |level: &str| {
+        tessera(d)
+            .args(["log-level", level])
+            .env("TESSERA_ADMIN_LISTEN", &admin)
+            .env("TESSERA_ADMIN_TOKEN", &token)
+            .output()
+            .unwrap()
+    };
+
+    // At info: admin changes reload the snapshot without a debug line.
+    let caller = served(
+        register(d, &public, "gh", &up.url("/mcp"), "agent-1"),
+        "agent-1",
+    )
+    .await;
+    s.wait_for(&format!("caller={caller}")).await;
+    assert_eq!(reloads(&s.log), 0, "{}", s.log);
+
+    let o = set("debug");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "log filter in force: debug"
+    );
+    assert!(cli(d, &["caller", "add", "agent-x"]).status.success());
+    s.wait_for("snapshot reloaded").await;
+    let at_debug = reloads(&s.log);
+
+    // Directives work too; back at info the reloads are silent again.
+    let o = set("info,tessera::access=info");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let caller = served(
+        register(d, &public, "gh2", &up.url("/mcp"), "agent-2"),
+        "agent-2",
+    )
+    .await;
+    s.wait_for(&format!("caller={caller}")).await;
+    assert_eq!(reloads(&s.log), at_debug, "{}", s.log);
+
+    // A filter that does not parse: 400, what to give, nothing changed.
+    let put = |token: &str, body: serde_json::Value| {
+        client()
+            .put(format!("http://{admin}/v1/log-level"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let r = put(&token, serde_json::json!({"level": "tessera=loud"}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let error = v["error"].as_str().unwrap();
+    assert!(
+        error.contains("tessera=loud") && error.contains("give a level"),
+        "{error}"
+    );
+    let o = set("tessera=loud");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("400"));
+    let r = client()
+        .get(format!("http://{admin}/v1/log-level"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["level"], "info,tessera::access=info");
+    // An approver may not.
+    let r = put(&approver, serde_json::json!({"level": "trace"}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    // Each change, and each refusal, is in the admin audit under the token.
+    let r = client()
+        .get(format!("http://{admin}/v1/admin-audit"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    let rows: serde_json::Value = r.json().await.unwrap();
+    let mut set_rows: Vec<(String, String, bool)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "log-level.set")
+        .map(|r| {
+            (
+                r["actor"].as_str().unwrap().to_string(),
+                r["target"].as_str().unwrap().to_string(),
+                r["outcome"] == "ok",
+            )
+        })
+        .collect();
+    set_rows.sort();
+    let row = |t: &str, ok| ("ops".to_string(), t.to_string(), ok);
+    assert_eq!(
+        set_rows,
+        vec![
+            row("debug", true),
+            row("info,tessera::access=info", true),
+            row("tessera=loud", false),
+            row("tessera=loud", false),
+        ]
+    );
+    s.signal("TERM");
+    s.read_to_end().await;
+}

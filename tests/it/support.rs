@@ -835,6 +835,7 @@ impl Proxy {
                     ops_listener: Some(TcpListener::from_std(ops_listener).unwrap()),
                     shutdown_grace: Duration::from_secs(1),
                     release_free_memory: None,
+                    log_filter: None,
                 };
                 let listener = TcpListener::from_std(listener).unwrap();
                 let shutdown = async move {
