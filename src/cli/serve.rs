@@ -48,7 +48,16 @@ pub(crate) struct ServeArgs {
 
 pub(crate) async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
     use tessera::telemetry::log;
-    let buffered = log::Buffered::stderr();
+    // Every line goes through a thread of its own (tracing-appender,
+    // lossless: a full channel makes the logging thread wait rather than
+    // drop a line), so no worker thread of the runtime writes to stderr.
+    // The buffer in front batches access lines (64 KiB or 1 s); warnings
+    // and errors are handed on at once.
+    let (stderr, writer_guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("tessera-log")
+        .finish(std::io::stderr());
+    let buffered = log::Buffered::with_flush_thread(Box::new(stderr));
     let initial = std::env::var("RUST_LOG")
         .ok()
         .and_then(|v| log::Filter::parse(&v).ok())
@@ -58,9 +67,12 @@ pub(crate) async fn serve(at: &Place, a: ServeArgs) -> Result<()> {
         _ => log::Format::Logfmt,
     };
     let filter = std::sync::Arc::new(log::init(initial, format, buffered.clone()));
-    // Whatever ends serving, the buffered lines are written out first.
+    // Whatever ends serving, the buffered lines are written out first,
+    // then the writer's thread writes everything handed to it (dropping
+    // the guard waits for it).
     let served = serve_logged(at, a, &buffered, filter).await;
     buffered.flush();
+    drop(writer_guard);
     served
 }
 

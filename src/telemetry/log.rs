@@ -6,6 +6,10 @@
 //! after a warning or an error, and when `serve` stops (as nginx's
 //! `access_log … buffer=64k flush=1s`). A crash can lose at most the last
 //! second of access lines; warnings and errors are never held back.
+//! `serve` puts tracing-appender's non-blocking writer (lossless) behind
+//! the buffer, so writing out is a hand-off to that writer's thread, never
+//! a write to stderr on a runtime worker; its guard, dropped when `serve`
+//! ends, waits for every line to be written.
 //!
 //! Values an attacker can choose (a tool name from a request body) are
 //! quoted and escaped, so no value can forge a line or a field: control
@@ -346,7 +350,13 @@ impl Buffered {
     /// A buffer in front of stderr with a thread that flushes it every
     /// [`FLUSH_EVERY`].
     pub fn stderr() -> Self {
-        let b = Self::new(Box::new(std::io::stderr()));
+        Self::with_flush_thread(Box::new(std::io::stderr()))
+    }
+
+    /// A buffer in front of `sink` with a thread that flushes it every
+    /// [`FLUSH_EVERY`].
+    pub fn with_flush_thread(sink: Box<dyn Write + Send>) -> Self {
+        let b = Self::new(sink);
         let inner = Arc::downgrade(&b.inner);
         let spawned = std::thread::Builder::new()
             .name("tessera-log-flush".into())
@@ -699,6 +709,48 @@ mod tests {
         );
         let long = "a".repeat(MAX_FILTER_BYTES + 1);
         assert_eq!(Filter::parse(&long).err(), Some(LogLevelError::TooLong));
+    }
+
+    /// `serve`'s writer: a warning is handed to tracing-appender's thread
+    /// (lossless) rather than written by the thread that logs it, which
+    /// goes on while the sink is stuck; every line is written by the time
+    /// the guard is dropped.
+    #[test]
+    fn a_warning_is_written_by_the_writer_thread_not_the_caller() {
+        struct Stuck(std::sync::mpsc::Receiver<()>, Shared);
+        impl Write for Stuck {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                // Until the test lets go (drops the sender).
+                let _ = self.0.recv();
+                self.1.write(b)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (release, stuck) = std::sync::mpsc::channel();
+        let sink = Shared::default();
+        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .lossy(false)
+            .finish(Stuck(stuck, sink.clone()));
+        let buffered = Buffered::new(Box::new(writer));
+        let sub = tracing_subscriber::fmt()
+            .event_format(Logfmt)
+            .with_writer(buffered.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(a = 1u64);
+            tracing::warn!(b = 2u64);
+        });
+        assert_eq!(sink.text(), "", "the logging thread wrote to the sink");
+        drop(release);
+        buffered.flush();
+        drop(guard);
+        let text = sink.text();
+        assert!(
+            text.contains("INFO") && text.contains("WARN") && text.ends_with(" b=2\n"),
+            "{text}"
+        );
     }
 
     #[test]
