@@ -389,6 +389,8 @@ async fn health_readiness_and_metrics() {
         "tessera_requests_total{outcome=\"refused\",status=\"403\"} 1",
         "tessera_refusals_total{reason=\"unauthenticated\"} 1",
         "tessera_upstream_latency_seconds_count 1",
+        // Both requests, forwarded and refused, end to end.
+        "tessera_request_duration_seconds_count 2",
         "tessera_open_streams 0",
     ] {
         assert!(has(&text, line), "missing {line:?} in\n{text}");
