@@ -66,12 +66,21 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
     )
 }
 
-/// The `/metrics` text, from memory only.
+/// The `/metrics` text, from memory only (the pool's gauges are the
+/// pool's own counts, not a query).
 pub fn metrics_text(s: &State) -> String {
-    s.metrics.render(&crate::telemetry::metrics::Gauges {
-        audit_queue_depth: s.audit.queued(),
-        audit_failing: s.audit.failing(),
-    })
+    let pool = s.store.pool_stats();
+    s.metrics.render_with_pool(
+        &crate::telemetry::metrics::Gauges {
+            audit_queue_depth: s.audit.queued(),
+            audit_failing: s.audit.failing(),
+        },
+        Some(crate::telemetry::metrics::PoolGauges {
+            open: pool.open,
+            idle: pool.idle,
+            max: pool.max,
+        }),
+    )
 }
 
 /// Readiness: each check, and whether all pass.

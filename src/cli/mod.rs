@@ -122,7 +122,13 @@ impl Place {
 
 impl Place {
     pub(crate) async fn store(&self) -> Result<Store> {
-        Store::open(&self.data_dir, self.database.as_ref())
+        self.store_with_pool(None).await
+    }
+
+    /// The store, its pool at most `pool_size` connections (`None`: the
+    /// default).
+    pub(crate) async fn store_with_pool(&self, pool_size: Option<u32>) -> Result<Store> {
+        Store::open_with_pool(&self.data_dir, self.database.as_ref(), pool_size)
             .await
             .with_context(|| match &self.database {
                 Some(url) => format!("opening the database {url}"),

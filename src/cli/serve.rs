@@ -41,6 +41,11 @@ pub(crate) struct ServeArgs {
     /// pinned to one core runs best with 1.
     #[arg(long, env = "TESSERA_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) worker_threads: Option<u16>,
+    /// The most database connections serve's pool opens (default: 8 on
+    /// Postgres, 4 on SQLite). They serve the audit writer, approvals,
+    /// OAuth refreshes and snapshot reloads.
+    #[arg(long, env = "TESSERA_DB_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) db_pool_size: Option<u32>,
     /// The log's lines: logfmt text, or one JSON object each.
     #[arg(long, env = "TESSERA_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub(crate) log_format: String,
@@ -85,7 +90,7 @@ pub(crate) async fn serve_logged(
     // Validate everything before binding a port.
     let config = tessera::config::parse_serve(raw_serve(&a))?;
     let policies = load_policies(a.policies.as_deref()).context("not serving")?;
-    let store = at.store().await?;
+    let store = at.store_with_pool(a.db_pool_size).await?;
     let key = existing_master_key(&at.data_dir, &store)
         .await
         .context("not serving")?;

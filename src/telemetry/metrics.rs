@@ -212,6 +212,14 @@ impl Histogram {
     }
 }
 
+/// The database pool's connections (read from the pool, no query).
+#[derive(Debug, Clone, Copy)]
+pub struct PoolGauges {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
 /// Gauges read from elsewhere when `/metrics` is rendered.
 #[derive(Debug, Clone)]
 pub struct Gauges {
@@ -302,10 +310,16 @@ impl Metrics {
     /// The Prometheus text exposition (format 0.0.4), written by
     /// `prometheus-client` from the counters as they are now.
     pub fn render(self: &Arc<Self>, g: &Gauges) -> String {
+        self.render_with_pool(g, None)
+    }
+
+    /// [`Metrics::render`], with the database pool's gauges.
+    pub fn render_with_pool(self: &Arc<Self>, g: &Gauges, pool: Option<PoolGauges>) -> String {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Scrape {
             metrics: self.clone(),
             gauges: g.clone(),
+            pool,
         }));
         let mut o = String::with_capacity(8192);
         // Writing to a String cannot fail.
@@ -428,19 +442,42 @@ impl Metrics {
 struct Scrape {
     metrics: Arc<Metrics>,
     gauges: Gauges,
+    pool: Option<PoolGauges>,
 }
 
 impl std::fmt::Debug for Scrape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scrape")
             .field("gauges", &self.gauges)
+            .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
 }
 
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        self.metrics.encode(&mut e, &self.gauges)
+        self.metrics.encode(&mut e, &self.gauges)?;
+        if let Some(p) = self.pool {
+            gauge(
+                &mut e,
+                "tessera_db_pool_connections",
+                "Connections the database pool holds open (in use and idle).",
+                i64::from(p.open),
+            )?;
+            gauge(
+                &mut e,
+                "tessera_db_pool_idle_connections",
+                "Connections the database pool holds idle.",
+                i64::from(p.idle),
+            )?;
+            gauge(
+                &mut e,
+                "tessera_db_pool_max_connections",
+                "The most connections the database pool opens (--db-pool-size).",
+                i64::from(p.max),
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -34,6 +34,8 @@ async fn the_ops_listener_answers_without_any_admin_token() {
         ops.as_str(),
         "--admin-listen",
         admin.as_str(),
+        "--db-pool-size",
+        "3",
     ];
     let mut s = Served::start(dir.path(), Served::free_port(), &args, &[]).await;
     assert!(s.log.contains("admin listener off"), "{}", s.log);
@@ -62,9 +64,20 @@ async fn the_ops_listener_answers_without_any_admin_token() {
         "# TYPE tessera_requests_total counter",
         "tessera_audit_write_failing 0",
         "tessera_open_streams 0",
+        // --db-pool-size, and the pool's own counts.
+        "tessera_db_pool_max_connections 3",
+        "# TYPE tessera_db_pool_connections gauge",
+        "# TYPE tessera_db_pool_idle_connections gauge",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
+    let open: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_db_pool_connections "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3).contains(&open), "{open} connections open");
     let (status, _, _) = get(format!("http://{ops}/v1/callers")).await;
     assert_eq!(status, 404, "the ops listener serves no admin API");
     s.signal("TERM");
