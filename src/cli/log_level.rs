@@ -41,14 +41,7 @@ pub(crate) async fn log_level(at: &Place, a: LogLevelArgs) -> Result<()> {
             a.admin_token_env
         )
     })?;
-    // A wildcard listen address is reached on loopback.
-    let mut addr = a.admin_listen;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(match addr {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
+    let addr = reachable(a.admin_listen);
     let body = serde_json::json!({ "level": a.level }).to_string();
     let (status, answer) = tokio::time::timeout(TIMEOUT, put(addr, &token, body))
         .await
@@ -74,9 +67,6 @@ async fn put(addr: SocketAddr, token: &str, body: String) -> Result<(u16, Bytes)
     let tcp = tokio::net::TcpStream::connect(addr).await.with_context(|| {
         format!("connecting to the admin API at {addr} (is serve running, with an admin token, on --admin-listen?)")
     })?;
-    let (mut send, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
-    tokio::spawn(conn);
     let mut auth = http::HeaderValue::from_str(&format!("Bearer {token}"))
         .context("the admin token is not a valid header value")?;
     auth.set_sensitive(true);
@@ -85,8 +75,31 @@ async fn put(addr: SocketAddr, token: &str, body: String) -> Result<(u16, Bytes)
         .header(http::header::AUTHORIZATION, auth)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(body)))?;
+    exchange(tcp, req).await
+}
+
+/// One request on a fresh HTTP/1.1 connection: status and body.
+pub(crate) async fn exchange(
+    tcp: tokio::net::TcpStream,
+    req: http::Request<Full<Bytes>>,
+) -> Result<(u16, Bytes)> {
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
     let resp = send.send_request(req).await?;
     let status = resp.status().as_u16();
     let bytes = resp.into_body().collect().await?.to_bytes();
     Ok((status, bytes))
+}
+
+/// A wildcard listen address (`0.0.0.0`, `[::]`) as reached from this
+/// host: loopback.
+pub(crate) fn reachable(mut addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
 }

@@ -22,6 +22,7 @@ mod key;
 mod log_level;
 mod output;
 mod policy;
+mod probe;
 mod serve;
 
 use std::path::PathBuf;
@@ -42,6 +43,7 @@ pub(crate) use self::key::*;
 pub(crate) use self::log_level::*;
 pub(crate) use self::output::*;
 pub(crate) use self::policy::*;
+pub(crate) use self::probe::*;
 pub(crate) use self::serve::*;
 
 #[derive(Parser)]
@@ -169,6 +171,9 @@ pub(crate) enum Cmd {
     /// Change a running serve's log filter at once, through its admin API
     /// (an admin token in TESSERA_ADMIN_TOKEN).
     LogLevel(LogLevelArgs),
+    /// Ask a running serve's ops listener whether it is alive or ready
+    /// (exit 0 on 200): for container healthchecks.
+    Probe(ProbeArgs),
     /// Create the data dir (the SQLite database and the master key) or
     /// migrate the named database; other admin commands refuse to create
     /// the default ./tessera-data themselves.
@@ -234,6 +239,7 @@ const READS_SERVE_SETTINGS: &[&[&str]] = &[
     &["connection", "list"],
     &["approval", "explain"],
     &["log-level"],
+    &["probe"],
 ];
 
 /// `cmd` with the setting `key` (a long flag name) of the subcommand at
@@ -383,9 +389,11 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         data_dir: cli.data_dir,
         json: cli.json,
     };
-    // The one command that reaches a running serve, not the store.
-    if let Cmd::LogLevel(a) = cli.cmd {
-        return log_level(&at, a).await;
+    // The commands that reach a running serve, not the store.
+    match cli.cmd {
+        Cmd::LogLevel(a) => return log_level(&at, a).await,
+        Cmd::Probe(a) => return probe(&at, a).await,
+        _ => {}
     }
     let creates = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Init);
     if implicit && !creates && !at.data_dir.exists() {
@@ -426,7 +434,7 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         Cmd::Key(c) => key(&at, c).await,
         Cmd::AdminToken(c) => admin_token(&at, c).await,
         // Handled in main, before a runtime is built; and above.
-        Cmd::Config(_) | Cmd::LogLevel(_) => Ok(()),
+        Cmd::Config(_) | Cmd::LogLevel(_) | Cmd::Probe(_) => Ok(()),
         Cmd::Migrate => {
             let store = at.store().await?;
             let v = store.schema_version();

@@ -80,6 +80,11 @@ async fn the_ops_listener_answers_without_any_admin_token() {
     assert!((1..=3).contains(&open), "{open} connections open");
     let (status, _, _) = get(format!("http://{ops}/v1/callers")).await;
     assert_eq!(status, 404, "the ops listener serves no admin API");
+    // `tessera probe`, the image's healthcheck (it has no curl).
+    for check in ["livez", "readyz"] {
+        let o = cli(dir.path(), &["probe", check, "--ops-listen", &ops]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     s.signal("TERM");
     s.read_to_end().await;
 
@@ -139,6 +144,13 @@ async fn during_a_database_outage_livez_and_metrics_answer_and_readyz_names_the_
     );
     assert_eq!(v["master_key"], "ok", "{v}");
     assert!(v["policies"].as_str().unwrap().starts_with("ok"), "{v}");
+    let o = cli(
+        p.dir.path(),
+        &["probe", "readyz", "--ops-listen", &p.ops.to_string()],
+    );
+    assert!(!o.status.success(), "probe said ready");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("503") && err.contains("database"), "{err}");
 
     let (status, _, body) = get(format!("{ops}/livez")).await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
