@@ -1356,7 +1356,7 @@ async fn reload_policies(
 #[derive(Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogLevel {
-    #[schema(example = "debug")]
+    #[schema(example = "debug", min_length = 1, max_length = 1024)]
     level: String,
 }
 
@@ -1383,7 +1383,8 @@ async fn get_log_level(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<LogLev
 /// parse, with what to give.
 #[utoipa::path(put, path = "/v1/log-level", tag = "operability", request_body = LogLevel,
     responses((status = 200, body = LogLevel), (status = 400, body = ApiError),
-        (status = 401, body = ApiError), (status = 409, body = ApiError)))]
+        (status = 401, body = ApiError), (status = 409, body = ApiError),
+        (status = 415, body = ApiError), (status = 422, body = ApiError)))]
 async fn set_log_level(
     AxState(s): AxState<Arc<State>>,
     Extension(Admin(actor)): Extension<Admin>,
