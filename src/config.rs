@@ -12,6 +12,9 @@ use url::Url;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7470";
 /// The admin API's listener: loopback, next to the data plane's port.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:7471";
+/// The ops listener (`/livez`, `/readyz`, `/metrics`): loopback, the next
+/// port. Always on unless set to `off`.
+pub const DEFAULT_OPS_LISTEN: &str = "127.0.0.1:7472";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
 /// The default for `--db-timeout-ms`.
@@ -388,6 +391,21 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| {
         format!("{s:?}: give IP:PORT (127.0.0.1:7470, [::1]:7470, 0.0.0.0:7470) or localhost:PORT")
     })
+}
+
+/// A listener that may be turned off: an address as [`parse_listen`] reads
+/// it, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalListen(pub Option<SocketAddr>);
+
+/// `off`, or an address as [`parse_listen`] reads it.
+pub fn parse_optional_listen(s: &str) -> Result<OptionalListen, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(OptionalListen(None));
+    }
+    parse_listen(s)
+        .map(|a| OptionalListen(Some(a)))
+        .map_err(|e| format!("{e}, or off"))
 }
 
 /// Validate a public URL: http(s), a host, no path beyond `/`, no query.
@@ -830,6 +848,22 @@ impl RawServe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listener_that_may_be_off() {
+        assert_eq!(parse_optional_listen("off"), Ok(OptionalListen(None)));
+        assert_eq!(parse_optional_listen("OFF"), Ok(OptionalListen(None)));
+        assert_eq!(
+            parse_optional_listen(DEFAULT_OPS_LISTEN),
+            Ok(OptionalListen(Some("127.0.0.1:7472".parse().unwrap())))
+        );
+        assert_eq!(
+            parse_optional_listen("localhost:9"),
+            Ok(OptionalListen(Some("127.0.0.1:9".parse().unwrap())))
+        );
+        let e = parse_optional_listen("nowhere").unwrap_err();
+        assert!(e.contains("IP:PORT") && e.ends_with("or off"), "{e}");
+    }
 
     #[test]
     fn thresholds_come_from_the_costs() {

@@ -1,7 +1,7 @@
 //! The `serve` process, assembled in one place: the shared state (which
 //! starts the snapshot refresh and the audit writer), the policy reload,
-//! memory release, the admin listener, the data plane, and the drain at
-//! shutdown. `tessera serve` calls [`run`], and so does the integration
+//! memory release, the ops and admin listeners, the data plane, and the
+//! drain at shutdown. `tessera serve` calls [`run`], and so does the integration
 //! suite: the tests exercise the wiring that ships.
 
 use std::future::Future;
@@ -32,11 +32,18 @@ pub struct Process {
     /// The admin API's address; it opens only when an admin token exists.
     /// `None`: no admin listener.
     pub admin_listen: Option<SocketAddr>,
+    /// The ops listener (`/livez`, `/readyz`, `/metrics`), bound by the
+    /// caller as the data plane's is; it serves whether or not an admin
+    /// token exists. `None`: turned off.
+    pub ops_listener: Option<TcpListener>,
     /// How long requests in flight (and the audit trail) get at shutdown.
     pub shutdown_grace: Duration,
     /// Returns free memory to the system after a wave of streams closes
     /// (the binary's `malloc_trim`; the library has no unsafe code).
     pub release_free_memory: Option<fn()>,
+    /// The log filter, to change while serving (`PUT /v1/log-level`);
+    /// `None` where the process's subscriber is not tessera's own.
+    pub log_filter: Option<Arc<crate::telemetry::log::LogFilter>>,
 }
 
 /// Why `serve` could not start or did not end cleanly.
@@ -67,6 +74,9 @@ pub async fn run(
     tracing::info!(policies = %p.policies.origin, count = p.policies.len(), "policies loaded");
     let (state, _refresher) = State::start(p.config, p.store, p.key, p.policies).await?;
     reload_policies_on_change(&state, p.policy_dir, p.policy_check)?;
+    if let Some(f) = p.log_filter {
+        let _ = state.log_filter.set(f);
+    }
     if let Some(release) = p.release_free_memory {
         tokio::spawn(crate::telemetry::memory::release_after_waves(
             state.metrics.clone(),
@@ -75,6 +85,12 @@ pub async fn run(
         ));
     }
     let (stop_admin, admin_stopped) = tokio::sync::watch::channel(());
+    // The ops listener first: probes and scrapes answer whatever the
+    // admin listener does (it may stay closed for want of a token).
+    match p.ops_listener {
+        Some(l) => serve_ops(&state, l, admin_stopped.clone()),
+        None => tracing::info!("ops listener off (--ops-listen off)"),
+    }
     if let Some(addr) = p.admin_listen {
         serve_admin(&state, addr, admin_stopped).await?;
     }
@@ -154,6 +170,40 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("shutting down");
+}
+
+/// Bind the ops listener's address (`--ops-listen`).
+pub async fn bind_ops(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: format!("the ops listener {addr} (--ops-listen; off turns it off)"),
+            source,
+        })
+}
+
+/// Health, readiness and metrics on their own listener, until `stop`
+/// (after the data plane has drained, so `/livez` answers while it does).
+fn serve_ops(
+    state: &Arc<State>,
+    listener: TcpListener,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) {
+    if let Ok(a) = listener.local_addr() {
+        tracing::info!(ops_listen = %a, "ops listener serving /livez /readyz /metrics");
+    }
+    let app = crate::admin::ops::router(state.clone());
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.changed().await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(error = %e, "the ops listener failed");
+        }
+    });
 }
 
 /// The admin API, when at least one admin token exists.

@@ -47,6 +47,9 @@ pub struct State {
     pub approvals: crate::authz::approvals::Hub,
     /// Predictions for calls an `@ask("learn")` permit holds.
     pub prediction: Arc<crate::authz::predict::Predictor>,
+    /// The process's log filter, when it can change while running (set
+    /// once by `serve`; `PUT /v1/log-level`).
+    pub log_filter: std::sync::OnceLock<Arc<crate::telemetry::log::LogFilter>>,
 }
 
 impl State {
@@ -127,6 +130,7 @@ impl State {
             snapshot: shared,
             public_host,
             policy_epoch: epoch_rx,
+            log_filter: std::sync::OnceLock::new(),
             config,
         };
         Ok((Arc::new(state), refresher))

@@ -117,6 +117,16 @@ fn compose_runs_postgres_tessera_and_a_sandbox() {
         assert!(c["secrets"][secret]["file"].is_string(), "{secret}");
     }
     assert_eq!(t["read_only"], true);
+    // Its ops listener drives the healthcheck (the image has no shell or
+    // curl) and is what Prometheus scrapes; it is not published either.
+    assert_eq!(env["TESSERA_OPS_LISTEN"], "0.0.0.0:7472");
+    assert_eq!(
+        t["healthcheck"]["test"],
+        serde_json::json!(["CMD", "tessera", "probe", "readyz"])
+    );
+    assert_eq!(t["labels"]["prometheus.io/scrape"], "true");
+    assert_eq!(t["labels"]["prometheus.io/port"], "7472");
+    assert_eq!(t["labels"]["prometheus.io/path"], "/metrics");
 
     // The sandbox gets the proxy URL and its token, and reaches tessera
     // and nothing else: one internal network, shared with tessera only.
@@ -203,6 +213,25 @@ fn the_kubernetes_sidecar_binds_loopback_and_mounts_secrets() {
             .cloned()
     };
     assert_eq!(env(t, "TESSERA_LISTEN").unwrap()["value"], "127.0.0.1:7470");
+    // Probes and scrapes on the ops listener, on the pod's address (the
+    // kubelet and Prometheus reach the pod there); the data plane stays
+    // on loopback.
+    assert_eq!(
+        env(t, "TESSERA_OPS_LISTEN").unwrap()["value"],
+        "0.0.0.0:7472"
+    );
+    assert_eq!(
+        t["livenessProbe"]["httpGet"],
+        serde_json::json!({"path": "/livez", "port": 7472})
+    );
+    assert_eq!(
+        t["readinessProbe"]["httpGet"],
+        serde_json::json!({"path": "/readyz", "port": 7472})
+    );
+    let notes = &dep["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(notes["prometheus.io/scrape"], "true");
+    assert_eq!(notes["prometheus.io/port"], "7472");
+    assert_eq!(notes["prometheus.io/path"], "/metrics");
     assert!(t.get("ports").is_none());
     assert_eq!(t["securityContext"]["readOnlyRootFilesystem"], true);
     // The sandbox container gets the URL and the token only, and mounts
@@ -222,6 +251,30 @@ fn the_kubernetes_sidecar_binds_loopback_and_mounts_secrets() {
         strings(d, "", &mut all);
         assert!(!all.iter().any(|(_, v)| regex_like_password_url(v)));
     }
+}
+
+/// The Prometheus configuration scrapes the ops listener: the compose
+/// service by name, the sidecars by their pods' annotations.
+#[test]
+fn prometheus_scrapes_the_ops_listener() {
+    let p = yaml("deploy/prometheus.yml").remove(0);
+    let jobs = p["scrape_configs"].as_array().unwrap();
+    let compose = jobs.iter().find(|j| j["job_name"] == "tessera").unwrap();
+    assert_eq!(compose["metrics_path"], "/metrics");
+    assert_eq!(
+        compose["static_configs"][0]["targets"],
+        serde_json::json!(["tessera:7472"])
+    );
+    let pods = jobs
+        .iter()
+        .find(|j| j["job_name"] == "tessera-sidecars")
+        .unwrap();
+    assert_eq!(pods["kubernetes_sd_configs"][0]["role"], "pod");
+    let text = pods["relabel_configs"].to_string();
+    assert!(
+        text.contains("__meta_kubernetes_pod_annotation_prometheus_io_scrape"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -51,6 +51,8 @@ mod keys;
 mod learning;
 #[path = "it/oauth.rs"]
 mod oauth;
+#[path = "it/ops.rs"]
+mod ops;
 #[path = "it/policies.rs"]
 mod policies;
 #[path = "it/pool.rs"]

@@ -9,7 +9,8 @@
 //! - `/healthz` (the process answers) and `/readyz` (database reachable,
 //!   policies loaded, master key usable): no token, they reveal nothing.
 //! - `/metrics`: Prometheus text, behind an admin token (it names callers'
-//!   credentials).
+//!   credentials). These three stay for compatibility; probes and scrapers
+//!   use the ops listener ([`crate::admin::ops`]), which is always on.
 //! - `/openapi.json`: the OpenAPI 3.1 document, generated from the handlers
 //!   below so it cannot drift from them.
 //! - `/ui`: the approvals console ([`crate::admin::console`]).
@@ -19,7 +20,6 @@
 //! response body once, when it is created.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State as AxState};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -31,6 +31,7 @@ use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::admin::ops::{self, Ready};
 use crate::admin::service::{self, AdminError, CallerView, ConnectionView, CredentialView};
 use crate::crypto::keyring::{ExposeSecret, SecretString};
 use crate::crypto::tokens::token_digest;
@@ -110,6 +111,8 @@ impl From<AdminError> for ApiError {
             | A::NothingToChange
             | A::Refused(_)
             | A::Policies(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            A::LogLevel(crate::telemetry::log::LogLevelError::Unavailable) => StatusCode::CONFLICT,
+            A::LogLevel(_) => StatusCode::BAD_REQUEST,
         };
         if status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(error = %e, "admin request failed");
@@ -421,6 +424,7 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(policies_in_force))
         .routes(routes!(check_policies))
         .routes(routes!(reload_policies))
+        .routes(routes!(get_log_level, set_log_level))
         .routes(routes!(metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -1347,16 +1351,64 @@ async fn reload_policies(
 
 // ---- operability ---------------------------------------------------------
 
-/// Prometheus text format.
+/// The log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or
+/// `EnvFilter` directives (`info,tessera::access=warn`).
+#[derive(Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogLevel {
+    #[schema(example = "debug", min_length = 1, max_length = 1024)]
+    level: String,
+}
+
+fn log_filter(s: &State) -> ApiResult<&crate::telemetry::log::LogFilter> {
+    s.log_filter.get().map(|f| f.as_ref()).ok_or_else(|| {
+        ApiError::from(AdminError::LogLevel(
+            crate::telemetry::log::LogLevelError::Unavailable,
+        ))
+    })
+}
+
+/// The log filter in force in this process.
+#[utoipa::path(get, path = "/v1/log-level", tag = "operability",
+    responses((status = 200, body = LogLevel), (status = 401, body = ApiError),
+        (status = 409, body = ApiError)))]
+async fn get_log_level(AxState(s): AxState<Arc<State>>) -> ApiResult<Json<LogLevel>> {
+    Ok(Json(LogLevel {
+        level: log_filter(&s)?.current(),
+    }))
+}
+
+/// Change this process's log filter at once, without a restart (recorded
+/// in the admin audit as `log-level.set`). 400 for a filter that does not
+/// parse, with what to give.
+#[utoipa::path(put, path = "/v1/log-level", tag = "operability", request_body = LogLevel,
+    responses((status = 200, body = LogLevel), (status = 400, body = ApiError),
+        (status = 401, body = ApiError), (status = 409, body = ApiError),
+        (status = 415, body = ApiError), (status = 422, body = ApiError)))]
+async fn set_log_level(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Body(body): Body<LogLevel>,
+) -> ApiResult<Json<LogLevel>> {
+    let log = s.log_filter.get().map(|f| f.as_ref());
+    service::Admin::new(&s.store, &actor)
+        .log_level(log, &body.level)
+        .await?;
+    Ok(Json(LogLevel {
+        level: log_filter(&s)?.current(),
+    }))
+}
+
+/// Prometheus text format (the ops listener serves the same without a
+/// token).
 #[utoipa::path(get, path = "/metrics", tag = "operability",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String),
         (status = 401, body = ApiError)))]
 async fn metrics(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
-    let text = s.metrics.render(&crate::telemetry::metrics::Gauges {
-        audit_queue_depth: s.audit.queued(),
-        audit_failing: s.audit.failing(),
-    });
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    (
+        [(header::CONTENT_TYPE, ops::METRICS_CONTENT_TYPE)],
+        ops::metrics_text(&s),
+    )
 }
 
 #[derive(Serialize, ToSchema)]
@@ -1371,55 +1423,12 @@ async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: each check, and whether all pass.
-#[derive(Serialize, ToSchema)]
-pub struct Ready {
-    ready: bool,
-    /// `ok`, or why the database cannot be read.
-    database: String,
-    /// `ok (N policies from ORIGIN)`.
-    policies: String,
-    /// `ok`, or why the master key cannot seal and open.
-    master_key: String,
-}
-
-/// Ready to serve: the database answers, policies are loaded, the master
-/// key seals and opens. 503 when a check fails.
+/// Ready to serve: the database answers and takes the audit trail,
+/// policies are loaded, the master key seals and opens. 503 when a check
+/// fails (as the ops listener's `/readyz`).
 #[utoipa::path(get, path = "/readyz", tag = "operability", security(()),
     responses((status = 200, body = Ready), (status = 503, body = Ready)))]
 async fn readyz(AxState(s): AxState<Arc<State>>) -> (StatusCode, Json<Ready>) {
-    let database = match tokio::time::timeout(Duration::from_secs(2), s.store.revision()).await {
-        Ok(Ok(_)) => "ok".to_string(),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "the database did not answer within 2 s".to_string(),
-    };
-    let p = s.authorizer.policies();
-    let policies_ok = !p.is_empty();
-    let policies = if policies_ok {
-        format!("ok ({} from {})", p.len(), p.origin)
-    } else {
-        "no policies loaded".to_string()
-    };
-    let probe = SecretString::from("readyz".to_string());
-    let key = s.master_key();
-    let sealed = key.seal("tessera:readyz", &probe);
-    let master_key = match key.open("tessera:readyz", &sealed) {
-        Ok(v) if v.expose_secret() == "readyz" => "ok".to_string(),
-        _ => "the master key does not open what it seals".to_string(),
-    };
-    let ready = database == "ok" && policies_ok && master_key == "ok";
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        Json(Ready {
-            ready,
-            database,
-            policies,
-            master_key,
-        }),
-    )
+    let r = ops::readiness(&s).await;
+    (r.status(), Json(r))
 }

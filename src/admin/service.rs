@@ -67,6 +67,8 @@ pub enum AdminError {
     Policies(String),
     #[error(transparent)]
     Login(#[from] crate::credentials::login::LoginError),
+    #[error("log level: {0}")]
+    LogLevel(#[from] crate::telemetry::log::LogLevelError),
 }
 
 /// Who an admin action is recorded as done by: an admin token's name on
@@ -96,6 +98,7 @@ labelled! {
         ApprovalForget => "approval.forget",
         KeyRotate => "key.rotate",
         PolicyReload => "policy.reload",
+        LogLevel => "log-level.set",
     }
 }
 
@@ -357,6 +360,31 @@ impl<'a> Admin<'a> {
             key_rotate(s, key, new_key, progress).await
         })
         .await
+    }
+
+    /// Change this process's log filter (`None`: it cannot change) to
+    /// `text` (a level or `EnvFilter` directives). The filter is checked
+    /// and the change recorded before it is put in force: an unrecorded
+    /// change is never made.
+    pub async fn log_level(
+        &self,
+        log: Option<&crate::telemetry::log::LogFilter>,
+        text: &str,
+    ) -> Result<(), AdminError> {
+        use crate::telemetry::log::{Filter, LogLevelError};
+        // The target as a person reads it, and bounded: a refused filter
+        // may be anything.
+        let shown: String = crate::telemetry::log::printable(text.trim())
+            .chars()
+            .take(200)
+            .collect();
+        let (log, filter) = self
+            .record(Action::LogLevel, &shown, async |_| {
+                let filter = Filter::parse(text)?;
+                Ok((log.ok_or(LogLevelError::Unavailable)?, filter))
+            })
+            .await?;
+        Ok(log.set(filter)?)
     }
 
     /// Ask every serving process on this database to read its policy

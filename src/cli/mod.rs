@@ -19,8 +19,10 @@ mod config;
 mod connection;
 mod credential;
 mod key;
+mod log_level;
 mod output;
 mod policy;
+mod probe;
 mod serve;
 
 use std::path::PathBuf;
@@ -38,8 +40,10 @@ pub(crate) use self::config::*;
 pub(crate) use self::connection::*;
 pub(crate) use self::credential::*;
 pub(crate) use self::key::*;
+pub(crate) use self::log_level::*;
 pub(crate) use self::output::*;
 pub(crate) use self::policy::*;
+pub(crate) use self::probe::*;
 pub(crate) use self::serve::*;
 
 #[derive(Parser)]
@@ -120,7 +124,13 @@ impl Place {
 
 impl Place {
     pub(crate) async fn store(&self) -> Result<Store> {
-        Store::open(&self.data_dir, self.database.as_ref())
+        self.store_with_pool(None).await
+    }
+
+    /// The store, its pool at most `pool_size` connections (`None`: the
+    /// default).
+    pub(crate) async fn store_with_pool(&self, pool_size: Option<u32>) -> Result<Store> {
+        Store::open_with_pool(&self.data_dir, self.database.as_ref(), pool_size)
             .await
             .with_context(|| match &self.database {
                 Some(url) => format!("opening the database {url}"),
@@ -158,6 +168,12 @@ pub(crate) enum Cmd {
     /// The settings `serve` would run with.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Change a running serve's log filter at once, through its admin API
+    /// (an admin token in TESSERA_ADMIN_TOKEN).
+    LogLevel(LogLevelArgs),
+    /// Ask a running serve's ops listener whether it is alive or ready
+    /// (exit 0 on 200): for container healthchecks.
+    Probe(ProbeArgs),
     /// Create the data dir (the SQLite database and the master key) or
     /// migrate the named database; other admin commands refuse to create
     /// the default ./tessera-data themselves.
@@ -222,6 +238,8 @@ const READS_SERVE_SETTINGS: &[&[&str]] = &[
     &["connection", "add"],
     &["connection", "list"],
     &["approval", "explain"],
+    &["log-level"],
+    &["probe"],
 ];
 
 /// `cmd` with the setting `key` (a long flag name) of the subcommand at
@@ -371,6 +389,12 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         data_dir: cli.data_dir,
         json: cli.json,
     };
+    // The commands that reach a running serve, not the store.
+    match cli.cmd {
+        Cmd::LogLevel(a) => return log_level(&at, a).await,
+        Cmd::Probe(a) => return probe(&at, a).await,
+        _ => {}
+    }
     let creates = matches!(cli.cmd, Cmd::Serve(_) | Cmd::Init);
     if implicit && !creates && !at.data_dir.exists() {
         let here = std::env::current_dir()
@@ -409,8 +433,8 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         Cmd::Approval(c) => approval(&at, c).await,
         Cmd::Key(c) => key(&at, c).await,
         Cmd::AdminToken(c) => admin_token(&at, c).await,
-        // Handled in main, before a runtime is built.
-        Cmd::Config(_) => Ok(()),
+        // Handled in main, before a runtime is built; and above.
+        Cmd::Config(_) | Cmd::LogLevel(_) | Cmd::Probe(_) => Ok(()),
         Cmd::Migrate => {
             let store = at.store().await?;
             let v = store.schema_version();

@@ -143,6 +143,7 @@ pub async fn handle(
             resp
         }
     };
+    let elapsed = started.elapsed();
     tracing::info!(
         target: "tessera::access",
         caller = access.caller.as_ref().map(|c| c.name.as_str()),
@@ -153,7 +154,7 @@ pub async fn handle(
         verdict = if access.reason.is_some() { "refused" } else { "forwarded" },
         reason = access.reason.map(Reason::as_str),
         status = resp.status().as_u16(),
-        micros = started.elapsed().as_micros() as u64,
+        micros = elapsed.as_micros() as u64,
     );
     let outcome = match access.reason {
         Some(_) => crate::telemetry::metrics::Outcome::Refused,
@@ -162,6 +163,7 @@ pub async fn handle(
     state
         .metrics
         .request(outcome, resp.status().as_u16(), access.reason);
+    state.metrics.request_duration(elapsed);
     audit(&state, access, &method, resp.status().as_u16(), started).await;
     resp
 }

@@ -235,6 +235,14 @@ pub struct Store {
     audit_writer: Arc<tokio::sync::OnceCell<audit_sqlite::SqliteAuditWriter>>,
 }
 
+/// A database pool's connections (`Store::pool_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
 /// An admin action under way: its `admin_audit` row is written in the
 /// transaction that makes its change, so the change and its record land
 /// together or not at all.
@@ -279,6 +287,16 @@ impl Store {
     /// Open the store at `url`, or with none the SQLite database in
     /// `data_dir`, and apply migrations.
     pub async fn open(data_dir: &Path, url: Option<&DatabaseUrl>) -> Result<Self, StoreError> {
+        Self::open_with_pool(data_dir, url, None).await
+    }
+
+    /// [`Store::open`] with at most `pool_size` connections (`None`: 8 on
+    /// Postgres, 4 on SQLite; `serve --db-pool-size`).
+    pub async fn open_with_pool(
+        data_dir: &Path,
+        url: Option<&DatabaseUrl>,
+        pool_size: Option<u32>,
+    ) -> Result<Self, StoreError> {
         let db = match url.map(|u| u.backend()) {
             Some(Backend::Postgres) => {
                 let opts = PgConnectOptions::from_str(url.expect("matched").expose())?;
@@ -287,7 +305,7 @@ impl Store {
                 // database, authentication failed).
                 sqlx::Connection::close(opts.connect().await?).await?;
                 let pool = PgPoolOptions::new()
-                    .max_connections(8)
+                    .max_connections(pool_size.unwrap_or(8))
                     .acquire_timeout(std::time::Duration::from_secs(10))
                     .connect_with(opts)
                     .await?;
@@ -303,7 +321,7 @@ impl Store {
                         source,
                     })?;
                 }
-                Dialect::Sqlite(Self::open_sqlite(opts).await?)
+                Dialect::Sqlite(Self::open_sqlite(opts, pool_size).await?)
             }
             None => {
                 create_private_dir(data_dir).map_err(|source| StoreError::DataDir {
@@ -316,7 +334,7 @@ impl Store {
                     source,
                 })?;
                 let opts = SqliteConnectOptions::new().filename(file);
-                Dialect::Sqlite(Self::open_sqlite(opts).await?)
+                Dialect::Sqlite(Self::open_sqlite(opts, pool_size).await?)
             }
         };
         let store = Store {
@@ -341,7 +359,7 @@ impl Store {
             // SQLite re-prepares it with the new ones: sqlx's row then
             // disagrees with SQLite's (a panic in its worker). Serve from
             // connections opened after the migrations.
-            let fresh = Self::sqlite_pool()
+            let fresh = Self::sqlite_pool(pool_size)
                 .connect_with((*pool.connect_options()).clone())
                 .await?;
             pool.close().await;
@@ -354,8 +372,18 @@ impl Store {
     }
 
     /// The SQLite pool's settings.
-    fn sqlite_pool() -> SqlitePoolOptions {
-        SqlitePoolOptions::new().max_connections(4)
+    fn sqlite_pool(pool_size: Option<u32>) -> SqlitePoolOptions {
+        SqlitePoolOptions::new().max_connections(pool_size.unwrap_or(4))
+    }
+
+    /// The pool's connections now: open, idle, and the most it opens. No
+    /// query: read for `/metrics`.
+    pub fn pool_stats(&self) -> PoolStats {
+        on!(&self.db, p => PoolStats {
+            open: p.size(),
+            idle: p.num_idle() as u32,
+            max: p.options().get_max_connections(),
+        })
     }
 
     /// A SQLite pool in WAL mode: admin commands in another process write
@@ -364,13 +392,16 @@ impl Store {
     /// batch survives a power cut, not only a crash (with WAL, NORMAL may
     /// lose the last commits; the audit writer commits one batch at a
     /// time, so FULL costs one fsync per batch, not per record).
-    async fn open_sqlite(opts: SqliteConnectOptions) -> Result<SqlitePool, StoreError> {
+    async fn open_sqlite(
+        opts: SqliteConnectOptions,
+        pool_size: Option<u32>,
+    ) -> Result<SqlitePool, StoreError> {
         let opts = opts
             .create_if_missing(true)
             .foreign_keys(true)
             .busy_timeout(SQLITE_BUSY_TIMEOUT)
             .synchronous(SqliteSynchronous::Full);
-        let pool = Self::sqlite_pool().connect_with(opts).await?;
+        let pool = Self::sqlite_pool(pool_size).connect_with(opts).await?;
         // WAL is kept in the file: set once here, not per connection in
         // the connect options (setting it takes a lock that the busy
         // timeout cannot wait for: an admin command opening the file

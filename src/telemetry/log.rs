@@ -6,6 +6,10 @@
 //! after a warning or an error, and when `serve` stops (as nginx's
 //! `access_log … buffer=64k flush=1s`). A crash can lose at most the last
 //! second of access lines; warnings and errors are never held back.
+//! `serve` puts tracing-appender's non-blocking writer (lossless) behind
+//! the buffer, so writing out is a hand-off to that writer's thread, never
+//! a write to stderr on a runtime worker; its guard, dropped when `serve`
+//! ends, waits for every line to be written.
 //!
 //! Values an attacker can choose (a tool name from a request body) are
 //! quoted and escaped, so no value can forge a line or a field: control
@@ -24,6 +28,7 @@ use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{reload, EnvFilter, Registry};
 
 /// Bytes held before the buffer is written out regardless of the timer.
 const FLUSH_AT: usize = 64 * 1024;
@@ -345,7 +350,13 @@ impl Buffered {
     /// A buffer in front of stderr with a thread that flushes it every
     /// [`FLUSH_EVERY`].
     pub fn stderr() -> Self {
-        let b = Self::new(Box::new(std::io::stderr()));
+        Self::with_flush_thread(Box::new(std::io::stderr()))
+    }
+
+    /// A buffer in front of `sink` with a thread that flushes it every
+    /// [`FLUSH_EVERY`].
+    pub fn with_flush_thread(sink: Box<dyn Write + Send>) -> Self {
+        let b = Self::new(sink);
         let inner = Arc::downgrade(&b.inner);
         let spawned = std::thread::Builder::new()
             .name("tessera-log-flush".into())
@@ -411,6 +422,112 @@ impl<'a> MakeWriter<'a> for Buffered {
             // ERROR and WARN sort below INFO in tracing's order.
             urgent: *meta.level() <= Level::WARN,
         }
+    }
+}
+
+/// Why a filter was refused (`PUT /v1/log-level`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LogLevelError {
+    #[error("give a level (error, warn, info, debug, trace) or EnvFilter directives (info,tessera::access=warn)")]
+    Empty,
+    #[error("the filter is longer than {MAX_FILTER_BYTES} bytes")]
+    TooLong,
+    #[error("{0}: give a level (error, warn, info, debug, trace) or EnvFilter directives (info,tessera::access=warn)")]
+    Invalid(String),
+    #[error("this process's log filter cannot be changed while it runs")]
+    Unavailable,
+}
+
+/// The longest filter text taken.
+const MAX_FILTER_BYTES: usize = 1024;
+
+/// A log filter: a level (`debug`) or `EnvFilter` directives
+/// (`info,tessera::access=warn`), checked.
+pub struct Filter {
+    text: String,
+    filter: EnvFilter,
+}
+
+impl Filter {
+    /// Parse `text`; an empty or invalid filter is refused with a message
+    /// that says what to give.
+    pub fn parse(text: &str) -> Result<Filter, LogLevelError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(LogLevelError::Empty);
+        }
+        if text.len() > MAX_FILTER_BYTES {
+            return Err(LogLevelError::TooLong);
+        }
+        let filter = EnvFilter::builder()
+            .parse(text)
+            .map_err(|e| LogLevelError::Invalid(format!("{:?}: {e}", printable(text))))?;
+        Ok(Filter {
+            text: text.to_string(),
+            filter,
+        })
+    }
+
+    /// The filter as given (trimmed).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// The process's log filter, changeable while it runs
+/// (`tracing_subscriber::reload`): `tessera log-level` through
+/// `PUT /v1/log-level`.
+pub struct LogFilter {
+    handle: reload::Handle<EnvFilter, Registry>,
+    current: Mutex<String>,
+}
+
+impl LogFilter {
+    /// The filter in force, as last set.
+    pub fn current(&self) -> String {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Put `f` in force from the next event on.
+    pub fn set(&self, f: Filter) -> Result<(), LogLevelError> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        self.handle
+            .reload(f.filter)
+            .map_err(|_| LogLevelError::Unavailable)?;
+        *current = f.text;
+        Ok(())
+    }
+}
+
+/// The lines' format (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Logfmt,
+    Json,
+}
+
+/// Install the process's subscriber: `initial` filters (a reloadable
+/// `EnvFilter`), lines in `format` to `writer`. The returned [`LogFilter`]
+/// changes the filter while the process runs.
+pub fn init<W>(initial: Filter, format: Format, writer: W) -> LogFilter
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (layer, handle) = reload::Layer::new(initial.filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer);
+    let registry = tracing_subscriber::registry().with(layer);
+    match format {
+        Format::Json => registry.with(fmt.event_format(JsonLines)).init(),
+        Format::Logfmt => registry.with(fmt.event_format(Logfmt)).init(),
+    }
+    LogFilter {
+        handle,
+        current: Mutex::new(initial.text),
     }
 }
 
@@ -575,6 +692,65 @@ mod tests {
         });
         let text = sink.text();
         assert!(text.contains("INFO") && text.contains("WARN"), "{text}");
+    }
+
+    #[test]
+    fn filters_are_checked_before_they_are_used() {
+        assert_eq!(Filter::parse("debug").unwrap().text(), "debug");
+        assert_eq!(
+            Filter::parse(" info,tessera::access=warn ").unwrap().text(),
+            "info,tessera::access=warn"
+        );
+        assert_eq!(Filter::parse("  ").err(), Some(LogLevelError::Empty));
+        let bad = Filter::parse("tessera=loud").err().unwrap().to_string();
+        assert!(
+            bad.contains("tessera=loud") && bad.contains("give a level"),
+            "{bad}"
+        );
+        let long = "a".repeat(MAX_FILTER_BYTES + 1);
+        assert_eq!(Filter::parse(&long).err(), Some(LogLevelError::TooLong));
+    }
+
+    /// `serve`'s writer: a warning is handed to tracing-appender's thread
+    /// (lossless) rather than written by the thread that logs it, which
+    /// goes on while the sink is stuck; every line is written by the time
+    /// the guard is dropped.
+    #[test]
+    fn a_warning_is_written_by_the_writer_thread_not_the_caller() {
+        struct Stuck(std::sync::mpsc::Receiver<()>, Shared);
+        impl Write for Stuck {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                // Until the test lets go (drops the sender).
+                let _ = self.0.recv();
+                self.1.write(b)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (release, stuck) = std::sync::mpsc::channel();
+        let sink = Shared::default();
+        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .lossy(false)
+            .finish(Stuck(stuck, sink.clone()));
+        let buffered = Buffered::new(Box::new(writer));
+        let sub = tracing_subscriber::fmt()
+            .event_format(Logfmt)
+            .with_writer(buffered.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(a = 1u64);
+            tracing::warn!(b = 2u64);
+        });
+        assert_eq!(sink.text(), "", "the logging thread wrote to the sink");
+        drop(release);
+        buffered.flush();
+        drop(guard);
+        let text = sink.text();
+        assert!(
+            text.contains("INFO") && text.contains("WARN") && text.ends_with(" b=2\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -3,16 +3,27 @@
 //! reason and latency bucket, so a request costs a few relaxed increments
 //! and never an allocation or a lock.
 //!
+//! The exposition is written by the `prometheus-client` crate: at each
+//! scrape a [`Collector`] reads the atomics and hands the values to its
+//! encoder (names, help, types, label escaping and histogram buckets are
+//! the crate's), so the request path knows nothing of it.
+//!
 //! Labels are bounded by construction: verdicts and refusal reasons are
 //! fixed sets, status codes are 100–599, and the only names used as labels
 //! are credential names (token refreshes). Connection ids, tokens and tool
 //! arguments never become labels.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 /// How a request ended, as the requests counter labels it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +37,8 @@ pub enum Outcome {
 const OUTCOMES: [&str; 2] = ["forwarded", "refused"];
 const STATUSES: usize = 500; // 100..=599
 
-/// Upper bounds of the upstream latency histogram, in seconds.
+/// Upper bounds of the latency histograms (upstream, and the whole
+/// request), in seconds.
 const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -92,9 +104,11 @@ const REASONS: usize = Reason::ALL.len();
 pub struct Metrics {
     requests: Box<[[AtomicU64; STATUSES]; 2]>,
     refusals: [AtomicU64; REASONS],
-    /// Cumulative counts per bucket, plus +Inf last.
-    latency_buckets: [AtomicU64; BUCKETS.len() + 1],
-    latency_sum_us: AtomicU64,
+    /// Time to the upstream's response headers.
+    upstream_latency: Histogram,
+    /// Time from the request's arrival to its answer's headers (when the
+    /// access line is written).
+    request_duration: Histogram,
     open_streams: AtomicI64,
     /// The most streams open at once since the last memory release.
     streams_peak: AtomicI64,
@@ -142,8 +156,8 @@ impl Default for Metrics {
                 std::array::from_fn(|_| AtomicU64::new(0))
             })),
             refusals: std::array::from_fn(|_| AtomicU64::new(0)),
-            latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            latency_sum_us: AtomicU64::new(0),
+            upstream_latency: Histogram::default(),
+            request_duration: Histogram::default(),
             open_streams: AtomicI64::new(0),
             streams_peak: AtomicI64::new(0),
             memory_releases: AtomicU64::new(0),
@@ -156,7 +170,58 @@ impl Default for Metrics {
     }
 }
 
+/// A latency histogram: a count per bucket ([`BUCKETS`], then +Inf) and
+/// the sum in microseconds; observing is two relaxed additions.
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros().min(u128::from(u64::MAX)) as u64, Relaxed);
+    }
+
+    fn encode(&self, e: &mut DescriptorEncoder, name: &str, help: &str) -> std::fmt::Result {
+        let mut buckets = [(0.0, 0); BUCKETS.len() + 1];
+        let mut count = 0;
+        for (i, b) in buckets.iter_mut().enumerate() {
+            let n = self.buckets[i].load(Relaxed);
+            *b = (BUCKETS.get(i).copied().unwrap_or(f64::INFINITY), n);
+            count += n;
+        }
+        let sum = self.sum_us.load(Relaxed) as f64 / 1e6;
+        e.encode_descriptor(name, help, None, MetricType::Histogram)?
+            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+}
+
+/// The database pool's connections (read from the pool, no query).
+#[derive(Debug, Clone, Copy)]
+pub struct PoolGauges {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
 /// Gauges read from elsewhere when `/metrics` is rendered.
+#[derive(Debug, Clone)]
 pub struct Gauges {
     pub audit_queue_depth: usize,
     /// Whether the audit writer's last attempt failed.
@@ -189,14 +254,12 @@ impl Metrics {
 
     /// Time from sending to the upstream until its response headers.
     pub fn upstream_latency(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = BUCKETS
-            .iter()
-            .position(|&b| s <= b)
-            .unwrap_or(BUCKETS.len());
-        self.latency_buckets[i].fetch_add(1, Relaxed);
-        self.latency_sum_us
-            .fetch_add(d.as_micros().min(u128::from(u64::MAX)) as u64, Relaxed);
+        self.upstream_latency.observe(d);
+    }
+
+    /// Time from a request's arrival to its answer's headers.
+    pub fn request_duration(&self, d: Duration) {
+        self.request_duration.observe(d);
     }
 
     pub fn bytes_in(&self, n: usize) {
@@ -244,158 +307,177 @@ impl Metrics {
         self.memory_releases.fetch_add(1, Relaxed);
     }
 
-    /// The Prometheus text exposition (format 0.0.4).
-    pub fn render(&self, g: &Gauges) -> String {
-        let mut o = String::with_capacity(4096);
-        head(
-            &mut o,
-            "tessera_requests_total",
-            "counter",
+    /// The Prometheus text exposition (format 0.0.4), written by
+    /// `prometheus-client` from the counters as they are now.
+    pub fn render(self: &Arc<Self>, g: &Gauges) -> String {
+        self.render_with_pool(g, None)
+    }
+
+    /// [`Metrics::render`], with the database pool's gauges.
+    pub fn render_with_pool(self: &Arc<Self>, g: &Gauges, pool: Option<PoolGauges>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Scrape {
+            metrics: self.clone(),
+            gauges: g.clone(),
+            pool,
+        }));
+        let mut o = String::with_capacity(8192);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut o, &registry);
+        o
+    }
+
+    fn encode(&self, e: &mut DescriptorEncoder, g: &Gauges) -> std::fmt::Result {
+        let mut m = e.encode_descriptor(
+            "tessera_requests",
             "Requests to connection addresses, by outcome and the status answered.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (k, row) in self.requests.iter().enumerate() {
             for (i, c) in row.iter().enumerate() {
                 let n = c.load(Relaxed);
                 if n > 0 {
-                    let _ = writeln!(
-                        o,
-                        "tessera_requests_total{{outcome=\"{}\",status=\"{}\"}} {n}",
-                        OUTCOMES[k],
-                        i + 100
-                    );
+                    let mut status = itoa::Buffer::new();
+                    let labels = [("outcome", OUTCOMES[k]), ("status", status.format(i + 100))];
+                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
                 }
             }
         }
-        head(
-            &mut o,
-            "tessera_refusals_total",
-            "counter",
+        let mut m = e.encode_descriptor(
+            "tessera_refusals",
             "Requests tessera answered itself, by reason.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (r, c) in Reason::ALL.iter().zip(&self.refusals) {
-            let _ = writeln!(
-                o,
-                "tessera_refusals_total{{reason=\"{r}\"}} {}",
-                c.load(Relaxed)
-            );
+            ConstCounter::new(c.load(Relaxed))
+                .encode(m.encode_family(&[("reason", r.as_str())])?)?;
         }
-        head(
-            &mut o,
+        self.upstream_latency.encode(
+            e,
             "tessera_upstream_latency_seconds",
-            "histogram",
             "Time from sending a request upstream to its response headers.",
-        );
-        let mut cumulative = 0;
-        for (i, c) in self.latency_buckets.iter().enumerate() {
-            cumulative += c.load(Relaxed);
-            match BUCKETS.get(i) {
-                Some(b) => {
-                    let _ = writeln!(
-                        o,
-                        "tessera_upstream_latency_seconds_bucket{{le=\"{b}\"}} {cumulative}"
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        o,
-                        "tessera_upstream_latency_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
-                    );
-                }
-            }
-        }
-        let sum = self.latency_sum_us.load(Relaxed) as f64 / 1e6;
-        let _ = writeln!(o, "tessera_upstream_latency_seconds_sum {sum}");
-        let _ = writeln!(o, "tessera_upstream_latency_seconds_count {cumulative}");
+        )?;
+        self.request_duration.encode(
+            e,
+            "tessera_request_duration_seconds",
+            "Time from a request's arrival to its answer's headers (a stream's own length not included), refusals too.",
+        )?;
         gauge(
-            &mut o,
+            e,
             "tessera_open_streams",
             "Event streams (SSE) open through tessera.",
             self.open_streams(),
-        );
-        head(
-            &mut o,
-            "tessera_memory_releases_total",
-            "counter",
+        )?;
+        counter(
+            e,
+            "tessera_memory_releases",
             "Times free memory was returned to the system after a wave of streams closed.",
-        );
-        let _ = writeln!(
-            o,
-            "tessera_memory_releases_total {}",
-            self.memory_releases.load(Relaxed)
-        );
-        head(
-            &mut o,
-            "tessera_bytes_total",
-            "counter",
+            self.memory_releases.load(Relaxed),
+        )?;
+        let mut m = e.encode_descriptor(
+            "tessera_bytes",
             "Body bytes: requests in from callers, responses out to them.",
-        );
-        let _ = writeln!(
-            o,
-            "tessera_bytes_total{{direction=\"in\"}} {}",
-            self.bytes_in.load(Relaxed)
-        );
-        let _ = writeln!(
-            o,
-            "tessera_bytes_total{{direction=\"out\"}} {}",
-            self.bytes_out.load(Relaxed)
-        );
-        head(
-            &mut o,
-            "tessera_token_refreshes_total",
-            "counter",
+            None,
+            MetricType::Counter,
+        )?;
+        for (direction, c) in [("in", &self.bytes_in), ("out", &self.bytes_out)] {
+            ConstCounter::new(c.load(Relaxed))
+                .encode(m.encode_family(&[("direction", direction)])?)?;
+        }
+        let mut m = e.encode_descriptor(
+            "tessera_token_refreshes",
             "OAuth token requests, by credential and outcome.",
-        );
-        let m = self
+            None,
+            MetricType::Counter,
+        )?;
+        let refreshes: Vec<((String, bool), u64)> = self
             .token_refreshes
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        for ((cred, ok), n) in m.iter() {
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+        for ((cred, ok), n) in &refreshes {
             let outcome = if *ok { "ok" } else { "failed" };
-            let _ = writeln!(
-                o,
-                "tessera_token_refreshes_total{{credential=\"{}\",outcome=\"{outcome}\"}} {n}",
-                escape(cred)
-            );
+            let labels = [("credential", cred.as_str()), ("outcome", outcome)];
+            ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
         }
-        head(
-            &mut o,
-            "tessera_decisions_total",
-            "counter",
+        let mut m = e.encode_descriptor(
+            "tessera_decisions",
             "Authorization decisions, by action (allow, deny, ask) and source (policy, person, prediction).",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (a, row) in DECISION_ACTIONS.iter().zip(&self.decisions) {
             for (s, c) in DECISION_SOURCES.iter().zip(row) {
-                let _ = writeln!(
-                    o,
-                    "tessera_decisions_total{{action=\"{a}\",source=\"{s}\"}} {}",
-                    c.load(Relaxed)
-                );
+                let labels = [("action", *a), ("source", *s)];
+                ConstCounter::new(c.load(Relaxed)).encode(m.encode_family(&labels)?)?;
             }
         }
-        head(
-            &mut o,
-            "tessera_prediction_failures_total",
-            "counter",
+        counter(
+            e,
+            "tessera_prediction_failures",
             "Predictions of a person's answer that failed (deadline, predictor, database): each asked a person instead.",
-        );
-        let _ = writeln!(
-            o,
-            "tessera_prediction_failures_total {}",
-            self.prediction_failures.load(Relaxed)
-        );
+            self.prediction_failures.load(Relaxed),
+        )?;
         gauge(
-            &mut o,
+            e,
             "tessera_audit_queue_depth",
             "Audit records queued for the writer.",
             g.audit_queue_depth as i64,
-        );
+        )?;
         gauge(
-            &mut o,
+            e,
             "tessera_audit_write_failing",
             "1 while the audit writer's last write to the database failed.",
             i64::from(g.audit_failing),
-        );
-        o
+        )
+    }
+}
+
+/// One scrape: the counters, read as the encoder asks, and the gauges
+/// read from elsewhere just before.
+struct Scrape {
+    metrics: Arc<Metrics>,
+    gauges: Gauges,
+    pool: Option<PoolGauges>,
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrape")
+            .field("gauges", &self.gauges)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        self.metrics.encode(&mut e, &self.gauges)?;
+        if let Some(p) = self.pool {
+            gauge(
+                &mut e,
+                "tessera_db_pool_connections",
+                "Connections the database pool holds open (in use and idle).",
+                i64::from(p.open),
+            )?;
+            gauge(
+                &mut e,
+                "tessera_db_pool_idle_connections",
+                "Connections the database pool holds idle.",
+                i64::from(p.idle),
+            )?;
+            gauge(
+                &mut e,
+                "tessera_db_pool_max_connections",
+                "The most connections the database pool opens (--db-pool-size).",
+                i64::from(p.max),
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -408,21 +490,13 @@ impl Drop for StreamGuard {
     }
 }
 
-fn head(o: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// A counter without labels; `name` without `_total`, which the encoder adds.
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    ConstCounter::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
-fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
-    head(o, name, "gauge", help);
-    let _ = writeln!(o, "{name} {v}");
-}
-
-/// A label value as the exposition format needs it. Names are already
-/// restricted to `[A-Za-z0-9._-]`; this keeps the output valid regardless.
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt::Result {
+    ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
 #[cfg(test)]
@@ -437,7 +511,7 @@ mod tests {
         let labels: std::collections::BTreeSet<_> =
             Reason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(labels.len(), Reason::ALL.len(), "two reasons share a label");
-        let m = Metrics::default();
+        let m = Arc::new(Metrics::default());
         for r in Reason::ALL {
             m.request(Outcome::Refused, 400, Some(*r));
         }
@@ -462,6 +536,7 @@ mod tests {
         m.request(Outcome::Refused, 999, None); // out of range: dropped
         m.upstream_latency(Duration::from_micros(700));
         m.upstream_latency(Duration::from_secs(60));
+        m.request_duration(Duration::from_millis(3));
         m.bytes_in(10);
         m.bytes_out(25);
         m.token_refresh("gh", true);
@@ -486,6 +561,13 @@ mod tests {
             "tessera_upstream_latency_seconds_bucket{le=\"10\"} 1",
             "tessera_upstream_latency_seconds_bucket{le=\"+Inf\"} 2",
             "tessera_upstream_latency_seconds_count 2",
+            "# TYPE tessera_request_duration_seconds histogram",
+            "tessera_request_duration_seconds_bucket{le=\"0.0025\"} 0",
+            "tessera_request_duration_seconds_bucket{le=\"0.005\"} 1",
+            "tessera_request_duration_seconds_bucket{le=\"+Inf\"} 1",
+            "tessera_request_duration_seconds_sum 0.003",
+            "tessera_request_duration_seconds_count 1",
+            "# TYPE tessera_requests_total counter",
             "tessera_open_streams 1",
             "tessera_bytes_total{direction=\"in\"} 10",
             "tessera_bytes_total{direction=\"out\"} 25",

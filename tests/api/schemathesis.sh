@@ -42,7 +42,7 @@ unset TESSERA_DATABASE_URL TESSERA_MASTER_KEY
 export TESSERA_ALLOW_PRIVATE_UPSTREAMS=true
 token=$("$tessera" admin-token add schemathesis | tail -n 1)
 "$tessera" serve --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" \
-    2>"$work/serve.log" &
+    --ops-listen 127.0.0.1:0 2>"$work/serve.log" &
 pid=$!
 for _ in $(seq 100); do
     curl -fs "http://127.0.0.1:$admin_port/healthz" >/dev/null && break

@@ -389,6 +389,8 @@ async fn health_readiness_and_metrics() {
         "tessera_requests_total{outcome=\"refused\",status=\"403\"} 1",
         "tessera_refusals_total{reason=\"unauthenticated\"} 1",
         "tessera_upstream_latency_seconds_count 1",
+        // Both requests, forwarded and refused, end to end.
+        "tessera_request_duration_seconds_count 2",
         "tessera_open_streams 0",
     ] {
         assert!(has(&text, line), "missing {line:?} in\n{text}");
@@ -468,6 +470,7 @@ async fn the_openapi_document_describes_every_route_the_api_serves() {
         "/v1/policies",
         "/v1/policies/check",
         "/v1/policies/reload",
+        "/v1/log-level",
         "/metrics",
         "/healthz",
         "/readyz",
@@ -686,6 +689,13 @@ async fn every_admin_action_leaves_its_row() {
             None,
         ),
         (M::POST, "/v1/policies/reload".to_string(), None),
+        // This in-process data plane's log filter is the suite's, not one
+        // it may change: refused (409), and recorded.
+        (
+            M::PUT,
+            "/v1/log-level".to_string(),
+            body(json!({"level": "debug"})),
+        ),
         (
             M::POST,
             "/v1/approval-evidence/forget".to_string(),
@@ -703,7 +713,9 @@ async fn every_admin_action_leaves_its_row() {
     };
     let missing: Vec<_> = Action::ALL
         .iter()
-        .filter(|a| **a != Action::CredentialLogin && !has("cli", **a))
+        // `tessera log-level` acts through the API, as its token
+        // (ops::the_log_level_changes_while_serving).
+        .filter(|a| !matches!(a, Action::CredentialLogin | Action::LogLevel) && !has("cli", **a))
         .collect();
     assert!(missing.is_empty(), "no CLI row for {missing:?}: {rows:?}");
     let by_api = [
@@ -721,6 +733,7 @@ async fn every_admin_action_leaves_its_row() {
         Action::ApprovalGrant,
         Action::ApprovalDeny,
         Action::PolicyReload,
+        Action::LogLevel,
     ];
     let missing: Vec<_> = by_api.iter().filter(|a| !has("ops", **a)).collect();
     assert!(missing.is_empty(), "no API row for {missing:?}: {rows:?}");

@@ -21,7 +21,7 @@ const AUDIT_QUEUE: usize = 4;
 /// cut nothing passes and every connection stays open, unanswered; when
 /// healed those connections are closed (as after a database restart) and
 /// new ones pass again.
-struct Partition {
+pub(crate) struct Partition {
     addr: SocketAddr,
     cut: watch::Sender<bool>,
 }
@@ -57,7 +57,7 @@ impl Partition {
 }
 
 /// What fails: the Postgres partition, or a SQLite write lock.
-enum Fault {
+pub(crate) enum Fault {
     Postgres {
         partition: Partition,
         url: String,
@@ -69,7 +69,7 @@ enum Fault {
 }
 
 impl Fault {
-    async fn new(dir: &std::path::Path) -> Fault {
+    pub(crate) async fn new(dir: &std::path::Path) -> Fault {
         match database_url(dir) {
             Some(direct) => {
                 let mut url = url::Url::parse(&direct).unwrap();
@@ -89,14 +89,14 @@ impl Fault {
     }
 
     /// The store URL tessera is started with.
-    fn url(&self) -> Option<String> {
+    pub(crate) fn url(&self) -> Option<String> {
         match self {
             Fault::Postgres { url, .. } => Some(url.clone()),
             Fault::Sqlite { .. } => None,
         }
     }
 
-    async fn fail(&mut self) {
+    pub(crate) async fn fail(&mut self) {
         match self {
             Fault::Postgres { partition, .. } => {
                 partition.cut.send_replace(true);
@@ -114,7 +114,7 @@ impl Fault {
         }
     }
 
-    async fn heal(&mut self) {
+    pub(crate) async fn heal(&mut self) {
         match self {
             Fault::Postgres { partition, .. } => {
                 partition.cut.send_replace(false);

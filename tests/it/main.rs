@@ -24,6 +24,7 @@ mod hostile;
 mod keys;
 mod learning;
 mod oauth;
+mod ops;
 mod policies;
 mod pool;
 mod redaction;

@@ -645,6 +645,9 @@ pub fn tessera(dir: &std::path::Path) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
     c.env("TESSERA_DATA_DIR", dir);
     c.env("TESSERA_ALLOW_PRIVATE_UPSTREAMS", "true");
+    // Many serve processes run at once: none may hold the default ops
+    // port (a test that reads the ops listener names its own).
+    c.env("TESSERA_OPS_LISTEN", "127.0.0.1:0");
     match database_url(dir) {
         Some(url) => c.env("TESSERA_DATABASE_URL", url),
         None => c.env_remove("TESSERA_DATABASE_URL"),
@@ -658,9 +661,12 @@ pub fn tessera_async(dir: &std::path::Path) -> tokio::process::Command {
     tessera(dir).into()
 }
 
-/// A tessera data plane on 127.0.0.1:0 over a temporary data dir.
+/// A tessera data plane on 127.0.0.1:0 over a temporary data dir, with
+/// its ops listener on another ephemeral port.
 pub struct Proxy {
     pub addr: SocketAddr,
+    /// The ops listener (`/livez`, `/readyz`, `/metrics`).
+    pub ops: SocketAddr,
     pub dir: DataDir,
     pub state: std::sync::Arc<tessera::state::State>,
     store: tessera::store::Store,
@@ -785,6 +791,9 @@ impl Proxy {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
+        let ops_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        ops_listener.set_nonblocking(true).unwrap();
+        let ops = ops_listener.local_addr().unwrap();
         let mut cfg = tessera::config::ServeConfig::for_listen(addr);
         cfg.refresh_interval = Duration::from_millis(100);
         // The suite's upstreams run on loopback.
@@ -823,8 +832,10 @@ impl Proxy {
                     policy_dir: None,
                     policy_check: Duration::from_secs(1),
                     admin_listen: None,
+                    ops_listener: Some(TcpListener::from_std(ops_listener).unwrap()),
                     shutdown_grace: Duration::from_secs(1),
                     release_free_memory: None,
+                    log_filter: None,
                 };
                 let listener = TcpListener::from_std(listener).unwrap();
                 let shutdown = async move {
@@ -840,6 +851,7 @@ impl Proxy {
         let state = ready.await.expect("the data plane started");
         Proxy {
             addr,
+            ops,
             dir,
             state,
             store,

@@ -203,7 +203,7 @@ when { context has tool && context.tool == "delete_note" };
 permit (principal, action == Action::"tools/call", resource)
 when { context has tool && context.tool == "write_note" };
 CEDAR
-"$tessera" serve --listen "127.0.0.1:$tessera_port" --policies "$work/policies" >"$work/tessera.log" 2>&1 &
+"$tessera" serve --listen "127.0.0.1:$tessera_port" --ops-listen 127.0.0.1:0 --policies "$work/policies" >"$work/tessera.log" 2>&1 &
 pids+=($!)
 wait_http "$TESSERA_PUBLIC_URL/" || exit 1
 
