@@ -36,6 +36,9 @@ TESSERA = os.path.join(REL, "tessera")
 # The benchmark's upstream runs on loopback: tessera refuses internal
 # upstreams unless allowed (binaries older than that ignore the variable).
 os.environ["TESSERA_ALLOW_PRIVATE_UPSTREAMS"] = "true"
+# No ops listener: its fixed port would collide between arms and runs (it
+# serves no request of the benchmark's; older builds ignore the variable).
+os.environ["TESSERA_OPS_LISTEN"] = "off"
 # One caller drives the whole load (saturation, 10,000 streams): the
 # per-caller limits, which are about many callers sharing a tessera, are
 # off here; nginx has none either.

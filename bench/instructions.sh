@@ -61,6 +61,8 @@ cleanup() {
 }
 trap cleanup EXIT
 export TESSERA_ALLOW_PRIVATE_UPSTREAMS=true TESSERA_CALLER_RATE=0 TESSERA_CALLER_MAX_IN_FLIGHT=0
+# No ops listener: its fixed port would collide between arms (older builds ignore this).
+export TESSERA_OPS_LISTEN=off
 export BENCH_UPSTREAM_SECRET="ghp_bench_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 BODY='{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"update_issue","arguments":{"owner":"acme","repo":"widgets","issue_number":42,"labels":["bug","triage"],"body":"Steps to reproduce:\n1. open the app\n2. click save\nExpected: saved. Actual: error 500."},"_meta":{"progressToken":"p-7","io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}'
 

@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::store::audit::AuditSink;
 use crate::store::model::AuditRecord;
-use crate::store::{Backend, Store, StoreError};
+use crate::store::{Backend, StoreError};
 
 // Records are nearly every item; boxing them would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -48,16 +49,16 @@ pub struct Audit {
 const BATCH: usize = 512;
 
 impl Audit {
-    /// Start the writer on `store` with room for `capacity` records; a
+    /// Start the writer on `sink` with room for `capacity` records; a
     /// write not done within `timeout` counts as failed and is retried.
     pub fn start(
-        store: Store,
+        sink: AuditSink,
         capacity: usize,
         timeout: Duration,
     ) -> (Audit, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let failing = Arc::new(AtomicBool::new(false));
-        let writer = tokio::spawn(write_batches(store, rx, timeout, failing.clone()));
+        let writer = tokio::spawn(write_batches(sink, rx, timeout, failing.clone()));
         (
             Audit {
                 tx,
@@ -125,7 +126,7 @@ impl Audit {
 const LINGER: Duration = Duration::from_millis(20);
 
 async fn write_batches(
-    store: Store,
+    sink: AuditSink,
     mut rx: mpsc::Receiver<Item>,
     timeout: Duration,
     failing: Arc<AtomicBool>,
@@ -157,7 +158,7 @@ async fn write_batches(
         }
         let mut backoff = Duration::from_millis(50);
         while !batch.is_empty() {
-            match write_within(&store, &mut batch, timeout, &failing).await {
+            match write_within(&sink, &mut batch, timeout, &failing).await {
                 Ok(()) => {
                     batch.clear();
                     if failing.swap(false, Ordering::Relaxed) {
@@ -184,18 +185,18 @@ async fn write_batches(
 /// its busy timeout, and an abandoned statement could still land after its
 /// retry.
 async fn write_within(
-    store: &Store,
+    sink: &AuditSink,
     batch: &mut Vec<AuditRecord>,
     timeout: Duration,
     failing: &AtomicBool,
 ) -> Result<(), StoreError> {
-    let write = store.insert_audit(batch);
+    let write = sink.write(batch);
     tokio::pin!(write);
     tokio::select! {
         r = &mut write => r,
         () = tokio::time::sleep(timeout) => {
             failing.store(true, Ordering::Relaxed);
-            match store.backend() {
+            match sink.backend() {
                 Backend::Sqlite => write.await,
                 Backend::Postgres => Err(StoreError::Timeout(timeout.as_millis() as u64)),
             }

@@ -64,7 +64,8 @@ impl State {
         let snap = Snapshot::load(&store, &key, policies.schema()).await?;
         let snap_revision = snap.revision;
         let authorizer = Arc::new(CedarAuthorizer::new(policies));
-        let (audit, _writer) = Audit::start(store.clone(), config.audit_queue, config.db_timeout);
+        let (audit, _writer) =
+            Audit::start(store.audit_sink()?, config.audit_queue, config.db_timeout);
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let wake = Arc::new(tokio::sync::Notify::new());
         if let Some(url) = store.postgres_url() {

@@ -1,4 +1,10 @@
-//! The decision trail: batched inserts and queries.
+//! The decision trail: batched inserts ([`AuditSink`]) and queries.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use tokio::sync::oneshot;
 
 use super::*;
 
@@ -46,7 +52,7 @@ fn audit_insert_text(backend: Backend, rows: usize) -> String {
 /// per batch size was parsed anew for nearly every batch: the parser made
 /// 11 of SQLite's 21 allocations per row and cost more than the insert
 /// (`cargo bench --bench micro -- audit`).
-pub(super) fn chunks(rows: &[AuditRecord]) -> impl Iterator<Item = &[AuditRecord]> {
+fn chunks(rows: &[AuditRecord]) -> impl Iterator<Item = &[AuditRecord]> {
     let mut rest = rows;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -61,7 +67,7 @@ pub(super) fn chunks(rows: &[AuditRecord]) -> impl Iterator<Item = &[AuditRecord
 
 /// The insert of `rows` audit rows (a power of two up to
 /// [`AUDIT_CHUNK_MAX`]), built once per process.
-pub(super) fn audit_insert_sql(backend: Backend, rows: usize) -> &'static str {
+fn audit_insert_sql(backend: Backend, rows: usize) -> &'static str {
     static SQLITE: OnceLock<Vec<String>> = OnceLock::new();
     static POSTGRES: OnceLock<Vec<String>> = OnceLock::new();
     let texts = match backend {
@@ -76,56 +82,25 @@ pub(super) fn audit_insert_sql(backend: Backend, rows: usize) -> &'static str {
     &texts[rows.ilog2() as usize]
 }
 
-impl Store {
-    /// Write audit records in one transaction: all land or none. `rows`
-    /// holds them again when this returns, written or not.
-    ///
-    /// On SQLite the store's audit writer does it, on its own connection
-    /// and thread ([`super::audit_sqlite`]), started with the first batch.
-    pub async fn insert_audit(&self, rows: &mut Vec<AuditRecord>) -> Result<(), StoreError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let pool = match &self.db {
-            Dialect::Sqlite(pool) => {
-                let writer = self
-                    .audit_writer
-                    .get_or_try_init(|| async {
-                        let file = pool.connect_options().get_filename().to_path_buf();
-                        super::audit_sqlite::SqliteAuditWriter::start(file)
-                    })
-                    .await?;
-                return writer.write(rows).await;
-            }
-            Dialect::Postgres(pool) => pool,
-        };
-        // In a transaction: the chunks land together, and a write the
-        // audit writer abandons (no answer from a partitioned server) is
-        // rolled back, not left to land after its retry.
-        let mut tx = pool.begin().await?;
-        for chunk in chunks(rows) {
-            let mut q = sqlx::query(audit_insert_sql(Backend::Postgres, chunk.len()));
-            for r in chunk {
-                q = q
-                    .bind(r.at)
-                    .bind(&r.caller)
-                    .bind(&r.connection)
-                    .bind(&r.http_method)
-                    .bind(&r.rpc_method)
-                    .bind(&r.tool)
-                    .bind(&r.verdict)
-                    .bind(&r.reason)
-                    .bind(&r.arguments_sha256)
-                    .bind(&r.arguments)
-                    .bind(i64::from(r.status))
-                    .bind(r.duration_us);
-            }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
+/// Where the audit writer's batches go. On SQLite, a thread and a
+/// connection of its own ([`SqliteAuditWriter`]); on Postgres, the pool.
+pub enum AuditSink {
+    Sqlite(SqliteAuditWriter),
+    Postgres(PgPool),
+}
 
+impl Store {
+    /// A sink for audit batches. On SQLite this starts the writer's
+    /// thread, which ends when the sink is dropped.
+    pub fn audit_sink(&self) -> Result<AuditSink, StoreError> {
+        Ok(match &self.db {
+            Dialect::Sqlite(pool) => {
+                let file = pool.connect_options().get_filename().to_path_buf();
+                AuditSink::Sqlite(SqliteAuditWriter::start(file)?)
+            }
+            Dialect::Postgres(pool) => AuditSink::Postgres(pool.clone()),
+        })
+    }
     /// Audit records matching `q`, oldest first: the newest `q.limit`, or
     /// with `after_id` the first `q.limit` after it.
     pub async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
@@ -162,5 +137,226 @@ impl Store {
                 .fetch_all(p)
                 .await?
         }))
+    }
+}
+
+impl AuditSink {
+    pub fn backend(&self) -> Backend {
+        match self {
+            AuditSink::Sqlite(_) => Backend::Sqlite,
+            AuditSink::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Write audit records in one transaction: all land or none. `rows`
+    /// holds them again when this returns, written or not.
+    pub async fn write(&self, rows: &mut Vec<AuditRecord>) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let pool = match self {
+            AuditSink::Sqlite(w) => return w.write(rows).await,
+            AuditSink::Postgres(pool) => pool,
+        };
+        // In a transaction: the chunks land together, and a write the
+        // audit writer abandons (no answer from a partitioned server) is
+        // rolled back, not left to land after its retry.
+        let mut tx = pool.begin().await?;
+        for chunk in chunks(rows) {
+            let mut q = sqlx::query(audit_insert_sql(Backend::Postgres, chunk.len()));
+            for r in chunk {
+                q = q
+                    .bind(r.at)
+                    .bind(&r.caller)
+                    .bind(&r.connection)
+                    .bind(&r.http_method)
+                    .bind(&r.rpc_method)
+                    .bind(&r.tool)
+                    .bind(&r.verdict)
+                    .bind(&r.reason)
+                    .bind(&r.arguments_sha256)
+                    .bind(&r.arguments)
+                    .bind(i64::from(r.status))
+                    .bind(r.duration_us);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+// ---- the SQLite writer: a connection of its own, on a thread of its own ---
+//
+// Why not the pool (issue 27): through sqlx every bound value of a batch
+// was copied into an owned buffer and every statement was handed to
+// sqlx's worker thread and back, and the binding ran on the proxy's
+// runtime. Here the batch moves to this thread (no copy), the statements
+// are prepared once and bound in place, and the proxy's runtime only
+// hands the batch over and waits for the answer. CPU per record at 512
+// records a batch: BENCHMARKS.md ("audit CPU").
+//
+// SQLite serialises writers with its file lock; this connection waits
+// for it up to the store's busy timeout, as the pool's connections do,
+// and takes it at `BEGIN` (`IMMEDIATE`), as admin transactions do.
+
+/// A batch to write, and where to send it back with the outcome.
+struct Job {
+    rows: Vec<AuditRecord>,
+    done: oneshot::Sender<(Vec<AuditRecord>, Result<(), StoreError>)>,
+}
+
+/// The handle a sink keeps; the thread ends when it is dropped.
+pub struct SqliteAuditWriter {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl SqliteAuditWriter {
+    /// Start the thread for the database file at `path` (created and
+    /// migrated already). It opens its connection on its first batch, and
+    /// again after a batch that could not open it.
+    fn start(path: PathBuf) -> Result<Self, StoreError> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("tessera-audit".into())
+            .spawn(move || run(&path, rx))
+            .map_err(|e| StoreError::AuditWriter(format!("starting its thread: {e}")))?;
+        Ok(SqliteAuditWriter { jobs })
+    }
+
+    /// Write `rows` in one transaction. They are back in `rows` when this
+    /// returns, written or not (the caller retries a failed batch).
+    async fn write(&self, rows: &mut Vec<AuditRecord>) -> Result<(), StoreError> {
+        let (done, answer) = oneshot::channel();
+        let job = Job {
+            rows: std::mem::take(rows),
+            done,
+        };
+        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+            *rows = job.rows;
+            return Err(StoreError::AuditWriter("its thread has stopped".into()));
+        }
+        // The thread answers every job it takes, a panic included; a
+        // missing answer means the thread is gone with the batch.
+        let (back, result) = answer
+            .await
+            .map_err(|_| StoreError::AuditWriter("its thread stopped mid-batch".into()))?;
+        *rows = back;
+        result
+    }
+}
+
+fn run(path: &std::path::Path, jobs: mpsc::Receiver<Job>) {
+    let mut conn: Option<Connection> = None;
+    for Job { rows, done } in jobs {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let c = match &mut conn {
+                Some(c) => c,
+                None => conn.insert(open(path)?),
+            };
+            insert(c, &rows)
+        }))
+        .unwrap_or_else(|_| Err(StoreError::AuditWriter("a batch panicked".into())));
+        if result.is_err() {
+            // Open afresh next time: the connection may be what failed.
+            conn = None;
+        }
+        let _ = done.send((rows, result));
+    }
+}
+
+fn open(path: &std::path::Path) -> Result<Connection, StoreError> {
+    // No mutex of SQLite's own: this thread is the connection's only user.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let c = Connection::open_with_flags(path, flags)?;
+    c.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
+    // As the pool's connections: a committed batch survives a power cut.
+    c.pragma_update(None, "synchronous", "FULL")?;
+    // The seven chunk texts stay prepared (rusqlite's default cache holds 16).
+    Ok(c)
+}
+
+fn insert(c: &mut Connection, rows: &[AuditRecord]) -> Result<(), StoreError> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for chunk in chunks(rows) {
+        let mut st = tx.prepare_cached(audit_insert_sql(Backend::Sqlite, chunk.len()))?;
+        for (i, r) in chunk.iter().enumerate() {
+            let at = |c: usize| i * 12 + c;
+            st.raw_bind_parameter(at(1), r.at)?;
+            st.raw_bind_parameter(at(2), &r.caller)?;
+            st.raw_bind_parameter(at(3), &r.connection)?;
+            st.raw_bind_parameter(at(4), &r.http_method)?;
+            st.raw_bind_parameter(at(5), &r.rpc_method)?;
+            st.raw_bind_parameter(at(6), &r.tool)?;
+            st.raw_bind_parameter(at(7), &r.verdict)?;
+            st.raw_bind_parameter(at(8), &r.reason)?;
+            st.raw_bind_parameter(at(9), &r.arguments_sha256)?;
+            st.raw_bind_parameter(at(10), &r.arguments)?;
+            st.raw_bind_parameter(at(11), i64::from(r.status))?;
+            st.raw_bind_parameter(at(12), r.duration_us)?;
+        }
+        st.raw_execute()?;
+    }
+    // Dropped uncommitted (an error above), the transaction rolls back.
+    tx.commit()?;
+    Ok(())
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::{AuditQuery, AuditRecord};
+    use super::super::Store;
+
+    fn record(i: i64, verdict: &str) -> AuditRecord {
+        AuditRecord {
+            id: 0,
+            at: 1_796_300_000_000 + i,
+            caller: format!("agent-{i}"),
+            connection: "c0ffee".into(),
+            http_method: "POST".into(),
+            rpc_method: Some("tools/call".into()),
+            tool: Some("run".into()),
+            verdict: verdict.into(),
+            reason: None,
+            arguments_sha256: None,
+            arguments: None,
+            status: 200,
+            duration_us: 1,
+        }
+    }
+
+    async fn count(store: &Store) -> usize {
+        let q = AuditQuery {
+            limit: 10_000,
+            ..Default::default()
+        };
+        store.audit(&q).await.unwrap().len()
+    }
+
+    /// A row the table refuses (a verdict outside its CHECK) in the last
+    /// chunk of a batch: the batch fails whole, its earlier chunks are
+    /// rolled back, every record is handed back for the retry, and the
+    /// writer goes on writing the next batch.
+    #[tokio::test]
+    async fn a_failed_batch_lands_nowhere_and_comes_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_data_dir(dir.path()).await.unwrap();
+        let mut batch: Vec<_> = (0..100).map(|i| record(i, "allow")).collect();
+        batch[99].verdict = "maybe".into();
+        let sent = batch.clone();
+        let sink = store.audit_sink().unwrap();
+        let e = sink.write(&mut batch).await.unwrap_err();
+        assert!(e.to_string().contains("CHECK constraint"), "{e}");
+        assert_eq!(batch, sent, "the batch comes back as it went");
+        assert_eq!(count(&store).await, 0, "no chunk of it landed");
+        batch[99].verdict = "deny".into();
+        sink.write(&mut batch).await.unwrap();
+        assert_eq!(count(&store).await, 100);
     }
 }

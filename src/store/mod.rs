@@ -28,8 +28,7 @@ use sqlx::{ConnectOptions, Postgres, Row, Sqlite};
 mod admin_audit;
 mod admin_tokens;
 mod approvals;
-mod audit;
-mod audit_sqlite;
+pub mod audit;
 mod callers;
 mod connections;
 mod credentials;
@@ -231,8 +230,6 @@ pub struct Store {
     url: Option<DatabaseUrl>,
     /// The admin action this handle does, if any (see [`Store::acting`]).
     acting: Option<Arc<Acting>>,
-    /// On SQLite, the audit trail's writer, started by the first batch.
-    audit_writer: Arc<tokio::sync::OnceCell<audit_sqlite::SqliteAuditWriter>>,
 }
 
 /// A database pool's connections (`Store::pool_stats`).
@@ -341,7 +338,6 @@ impl Store {
             db,
             url: url.filter(|u| u.backend() == Backend::Postgres).cloned(),
             acting: None,
-            audit_writer: Default::default(),
         };
         let migrated = on!(&store.db, p => store.migrator().run(p).await);
         match migrated {

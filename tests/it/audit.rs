@@ -243,9 +243,10 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
             // SQLite's lock has no queue, and a writer that never lets go
             // starves the other past its busy timeout, fix or no fix.)
             let mut batch: Vec<_> = (0..100).map(record).collect();
+            let sink = server.audit_sink().unwrap();
             let mut batches = 0;
             while !done.load(Relaxed) {
-                server.insert_audit(&mut batch).await.unwrap();
+                sink.write(&mut batch).await.unwrap();
                 batches += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
@@ -275,6 +276,7 @@ async fn admin_changes_wait_for_a_busy_audit_writer() {
 async fn batches_of_every_size_land_whole_and_in_order() {
     let dir = Proxy::dir();
     let store = dir.store().await;
+    let sink = store.audit_sink().unwrap();
     let mut next = 0;
     let mut sizes: Vec<i64> = (1..=33).collect();
     sizes.extend([
@@ -282,7 +284,7 @@ async fn batches_of_every_size_land_whole_and_in_order() {
     ]);
     for n in sizes {
         let mut batch: Vec<_> = (next..next + n).map(record).collect();
-        store.insert_audit(&mut batch).await.unwrap();
+        sink.write(&mut batch).await.unwrap();
         next += n;
     }
     let rows = store
