@@ -543,7 +543,7 @@ TARGETS = {
 }
 
 
-def target(key, t):
+def target_cell(key, t):
     if key not in TARGETS:
         return ""
     text, met = TARGETS[key]
@@ -552,6 +552,16 @@ def target(key, t):
         return f"{text}: {'met' if met(medians) else '**missed**'}"
     except (TypeError, KeyError):
         return text  # an arm without the figure
+
+
+def instructions():
+    """The last full count of bench/instructions.sh for this build, if any."""
+    try:
+        with open(os.path.join(REL, "instructions.txt")) as f:
+            kv = dict(line.split(" ", 1) for line in f.read().splitlines())
+    except OSError:
+        return None
+    return {k: (v if k == "tree" else int(v)) for k, v in kv.items()}
 
 
 def micro_benchmarks():
@@ -583,7 +593,17 @@ def report(res, a, micro=None):
         t = {arm: med(res[arm].get(key, [])) for arm in names}
         cells = " | ".join(fmt(t[n], unit, prec) for n in names)
         lines.append(f"| {label} | {cells} | {ratio(t['tessera'], t['nginx'])} "
-                     f"| {ratio(t['tessera'], t['direct'])} | {target(key, t)} |")
+                     f"| {ratio(t['tessera'], t['direct'])} | {target_cell(key, t)} |")
+    counted = instructions()
+    if counted:
+        # Counted, not timed: repeats within about 1% (bench/instructions.sh).
+        t, n, r = (counted.get(k) for k in ("tessera", "nginx", "relay"))
+        cells = " | ".join({"relay": f"{r:,}", "nginx": f"{n:,}", "tessera": f"{t:,}"}.get(arm, "—")
+                           for arm in names)
+        met = "met" if t <= 1.5 * n else "**missed**"
+        lines.append(f"| instructions per request (callgrind, `bench/instructions.sh "
+                     f"--requests {counted['requests']}` at {counted['tree']}) | {cells} "
+                     f"| {t / n:.2f}× | — | ≤ 1.5× nginx: {met} |")
     lines.append("")
     lines.append(f"Medians over {a.rounds} interleaved round(s), (min–max) after each.")
     if micro:

@@ -240,8 +240,10 @@ if [ -n "$compare" ]; then
 fi
 if ((others)); then
     nginx_arm
+    nginx_count=$result
     row nginx "$result" "$(ratio "$this" "$result")"
     relay_arm
+    relay_count=$result
     row relay "$result" "$(ratio "$this" "$result")"
 fi
 if [ -n "$compare" ]; then
@@ -252,4 +254,15 @@ if [ -n "$compare" ]; then echo "  before:  $compare"; fi
 if ((others)); then
     echo "  nginx:   $(nginx -v 2>&1 | sed 's/^nginx version: //'), bench/nginx.conf with master_process off"
     echo "  relay:   bench/relay.rs (bytes copied, no parsing)"
+fi
+# For bench/bench.py's table: the last full count of this build (with
+# nginx and the relay), and the tree it was counted at.
+if ((others)) && [ "$binary" = "$rel/tessera" ]; then
+    {
+        echo "tree $(git describe --always --dirty 2>/dev/null || echo unknown)"
+        echo "requests $requests"
+        echo "tessera $this"
+        echo "nginx $nginx_count"
+        echo "relay $relay_count"
+    } >"$rel/instructions.txt"
 fi
