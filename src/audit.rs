@@ -23,10 +23,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::store::audit::AuditSink;
 use crate::store::model::AuditRecord;
 use crate::store::{Backend, StoreError};
+use crate::telemetry::metrics::Metrics;
 
 // Records are nearly every item; boxing them would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -51,14 +53,16 @@ const BATCH: usize = 512;
 impl Audit {
     /// Start the writer on `sink` with room for `capacity` records; a
     /// write not done within `timeout` counts as failed and is retried.
+    /// Each batch written is timed in `metrics`.
     pub fn start(
         sink: AuditSink,
         capacity: usize,
         timeout: Duration,
+        metrics: Arc<Metrics>,
     ) -> (Audit, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let failing = Arc::new(AtomicBool::new(false));
-        let writer = tokio::spawn(write_batches(sink, rx, timeout, failing.clone()));
+        let writer = tokio::spawn(write_batches(sink, rx, timeout, failing.clone(), metrics));
         (
             Audit {
                 tx,
@@ -130,6 +134,7 @@ async fn write_batches(
     mut rx: mpsc::Receiver<Item>,
     timeout: Duration,
     failing: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 ) {
     let mut items = Vec::with_capacity(BATCH);
     let mut batch = Vec::with_capacity(BATCH);
@@ -158,8 +163,10 @@ async fn write_batches(
         }
         let mut backoff = Duration::from_millis(50);
         while !batch.is_empty() {
+            let started = Instant::now();
             match write_within(&sink, &mut batch, timeout, &failing).await {
                 Ok(()) => {
+                    metrics.audit_batch(started.elapsed());
                     batch.clear();
                     if failing.swap(false, Ordering::Relaxed) {
                         tracing::warn!("the audit trail is written again");

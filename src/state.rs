@@ -64,8 +64,13 @@ impl State {
         let snap = Snapshot::load(&store, &key, policies.schema()).await?;
         let snap_revision = snap.revision;
         let authorizer = Arc::new(CedarAuthorizer::new(policies));
-        let (audit, _writer) =
-            Audit::start(store.audit_sink()?, config.audit_queue, config.db_timeout);
+        let metrics: Arc<crate::telemetry::metrics::Metrics> = Arc::default();
+        let (audit, _writer) = Audit::start(
+            store.audit_sink()?,
+            config.audit_queue,
+            config.db_timeout,
+            metrics.clone(),
+        );
         let shared: SharedSnapshot = Arc::new(ArcSwap::from_pointee(snap));
         let wake = Arc::new(tokio::sync::Notify::new());
         if let Some(url) = store.postgres_url() {
@@ -124,7 +129,7 @@ impl State {
             }),
             store,
             key,
-            metrics: Arc::default(),
+            metrics,
             auth_throttle: crate::limits::AuthThrottle::default(),
             body_memory: crate::limits::capacity::BodyMemory::new(config.max_body_memory),
             draining: Arc::default(),

@@ -109,6 +109,8 @@ pub struct Metrics {
     /// Time from the request's arrival to its answer's headers (when the
     /// access line is written).
     request_duration: Histogram,
+    /// Time to write one batch of audit records (its transaction).
+    audit_batches: Histogram,
     open_streams: AtomicI64,
     /// The most streams open at once since the last memory release.
     streams_peak: AtomicI64,
@@ -158,6 +160,7 @@ impl Default for Metrics {
             refusals: std::array::from_fn(|_| AtomicU64::new(0)),
             upstream_latency: Histogram::default(),
             request_duration: Histogram::default(),
+            audit_batches: Histogram::default(),
             open_streams: AtomicI64::new(0),
             streams_peak: AtomicI64::new(0),
             memory_releases: AtomicU64::new(0),
@@ -258,6 +261,11 @@ impl Metrics {
     }
 
     /// Time from a request's arrival to its answer's headers.
+    /// One batch of audit records written, in `d`.
+    pub fn audit_batch(&self, d: Duration) {
+        self.audit_batches.observe(d);
+    }
+
     pub fn request_duration(&self, d: Duration) {
         self.request_duration.observe(d);
     }
@@ -363,6 +371,11 @@ impl Metrics {
             e,
             "tessera_request_duration_seconds",
             "Time from a request's arrival to its answer's headers (a stream's own length not included), refusals too.",
+        )?;
+        self.audit_batches.encode(
+            e,
+            "tessera_audit_batch_duration_seconds",
+            "Time to write one batch of audit records (one transaction), written ones only: failed attempts are in tessera_audit_write_failing and the log.",
         )?;
         gauge(
             e,

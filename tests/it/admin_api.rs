@@ -367,6 +367,13 @@ async fn health_readiness_and_metrics() {
         .await
         .unwrap();
     assert_eq!(wrong.status(), 403);
+    // Both decisions' records written (one batch, or two).
+    assert!(
+        p.state
+            .audit
+            .flush(std::time::Duration::from_secs(10))
+            .await
+    );
 
     let metrics = || async {
         let r = client()
@@ -400,6 +407,13 @@ async fn health_readiness_and_metrics() {
         .find_map(|l| l.strip_prefix("tessera_bytes_total{direction=\"in\"} "))
         .unwrap();
     assert_eq!(bytes_in, tools_call(1, "search").len().to_string());
+    let batches: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_audit_batch_duration_seconds_count "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(batches >= 1, "the audit batches are timed:\n{text}");
     // No connection id, token or argument ever becomes a label.
     let id = a.url.rsplit('/').next().unwrap();
     assert!(!text.contains(id) && !text.contains(&a.token));
