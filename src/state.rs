@@ -37,6 +37,8 @@ pub struct State {
     pub auth_throttle: crate::limits::AuthThrottle,
     /// The memory of request bodies being read (`--max-body-memory`).
     pub body_memory: crate::limits::capacity::BodyMemory,
+    /// The data plane's connection caps (see `crate::limits::capacity`).
+    pub connections: Arc<crate::limits::capacity::Connections>,
     /// Notified once at shutdown: open event streams end cleanly.
     pub draining: Arc<tokio::sync::Notify>,
     /// The public URL's host, lowercase, for the Host check.
@@ -132,6 +134,10 @@ impl State {
             metrics,
             auth_throttle: crate::limits::AuthThrottle::default(),
             body_memory: crate::limits::capacity::BodyMemory::new(config.max_body_memory),
+            connections: crate::limits::capacity::Connections::new(
+                config.max_connections,
+                config.max_connections_per_source,
+            ),
             draining: Arc::default(),
             snapshot: shared,
             public_host,

@@ -74,6 +74,10 @@ pub fn metrics_text(s: &State) -> String {
         &crate::telemetry::metrics::Gauges {
             audit_queue_depth: s.audit.queued(),
             audit_failing: s.audit.failing(),
+            connections_open: s.connections.open(),
+            connections_max: s.config.max_connections,
+            body_memory_bytes: s.body_memory.used(),
+            body_memory_max_bytes: s.config.max_body_memory,
         },
         Some(crate::telemetry::metrics::PoolGauges {
             open: pool.open,

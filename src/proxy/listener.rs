@@ -41,10 +41,7 @@ pub async fn run(
     );
     // The connection caps (see `crate::limits::capacity`): idle connections make
     // room for new ones; busy ones are never cut.
-    let connections = crate::limits::capacity::Connections::new(
-        state.config.max_connections,
-        state.config.max_connections_per_source,
-    );
+    let connections = state.connections.clone();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {

@@ -125,7 +125,8 @@ mod tests {
         assert!(metrics
             .render(&crate::telemetry::metrics::Gauges {
                 audit_queue_depth: 0,
-                audit_failing: false
+                audit_failing: false,
+                ..Default::default()
             })
             .contains("tessera_memory_releases_total 1"));
 

@@ -224,11 +224,18 @@ pub struct PoolGauges {
 }
 
 /// Gauges read from elsewhere when `/metrics` is rendered.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Gauges {
     pub audit_queue_depth: usize,
     /// Whether the audit writer's last attempt failed.
     pub audit_failing: bool,
+    /// Data-plane connections open, and the cap (`--max-connections`; 0:
+    /// none).
+    pub connections_open: usize,
+    pub connections_max: usize,
+    /// Request-body memory held, and the cap (`--max-body-memory`; 0: none).
+    pub body_memory_bytes: usize,
+    pub body_memory_max_bytes: usize,
 }
 
 impl Metrics {
@@ -470,6 +477,30 @@ impl std::fmt::Debug for Scrape {
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         self.metrics.encode(&mut e, &self.gauges)?;
+        for (name, help, v) in [
+            (
+                "tessera_connections_open",
+                "Data-plane connections open now.",
+                self.gauges.connections_open,
+            ),
+            (
+                "tessera_connections_max",
+                "The cap on data-plane connections (--max-connections; 0: none).",
+                self.gauges.connections_max,
+            ),
+            (
+                "tessera_body_memory_bytes",
+                "Memory held by request bodies being read, across all requests.",
+                self.gauges.body_memory_bytes,
+            ),
+            (
+                "tessera_body_memory_max_bytes",
+                "The cap on request-body memory (--max-body-memory; 0: none).",
+                self.gauges.body_memory_max_bytes,
+            ),
+        ] {
+            gauge(&mut e, name, help, v as i64)?;
+        }
         if let Some(p) = self.pool {
             gauge(
                 &mut e,
@@ -531,6 +562,7 @@ mod tests {
         let text = m.render(&Gauges {
             audit_queue_depth: 0,
             audit_failing: false,
+            ..Default::default()
         });
         for r in Reason::ALL {
             assert!(
@@ -563,6 +595,10 @@ mod tests {
         let text = m.render(&Gauges {
             audit_queue_depth: 3,
             audit_failing: false,
+            connections_open: 2,
+            connections_max: 100,
+            body_memory_bytes: 4096,
+            body_memory_max_bytes: 1 << 20,
         });
         for line in [
             "tessera_requests_total{outcome=\"forwarded\",status=\"200\"} 2",
@@ -587,6 +623,10 @@ mod tests {
             "tessera_token_refreshes_total{credential=\"gh\",outcome=\"ok\"} 1",
             "tessera_token_refreshes_total{credential=\"gh\",outcome=\"failed\"} 1",
             "tessera_audit_queue_depth 3",
+            "tessera_connections_open 2",
+            "tessera_connections_max 100",
+            "tessera_body_memory_bytes 4096",
+            "tessera_body_memory_max_bytes 1048576",
             "tessera_decisions_total{action=\"allow\",source=\"prediction\"} 1",
             "tessera_decisions_total{action=\"allow\",source=\"policy\"} 0",
             "tessera_prediction_failures_total 1",

@@ -374,7 +374,6 @@ async fn health_readiness_and_metrics() {
             .flush(std::time::Duration::from_secs(10))
             .await
     );
-
     let metrics = || async {
         let r = client()
             .get(format!("{api}/metrics"))
@@ -407,6 +406,42 @@ async fn health_readiness_and_metrics() {
         .find_map(|l| l.strip_prefix("tessera_bytes_total{direction=\"in\"} "))
         .unwrap();
     assert_eq!(bytes_in, tools_call(1, "search").len().to_string());
+    // A data-plane connection held open: one request answered on it, so
+    // it has certainly been accepted, and kept alive.
+    let mut held = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        held.write_all(b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            assert_eq!(held.read(&mut b).await.unwrap(), 1, "{head:?}");
+            head.push(b[0]);
+        }
+    }
+    let text = metrics().await;
+    let gauge = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(gauge("tessera_connections_open") >= 1);
+    let c = &p.state.config;
+    assert_eq!(gauge("tessera_connections_max"), c.max_connections as u64);
+    assert_eq!(
+        gauge("tessera_body_memory_max_bytes"),
+        c.max_body_memory as u64
+    );
+    assert_eq!(
+        gauge("tessera_body_memory_bytes"),
+        0,
+        "no body is being read"
+    );
+    drop(held);
     let batches: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("tessera_audit_batch_duration_seconds_count "))

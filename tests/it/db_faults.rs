@@ -221,6 +221,7 @@ async fn a_failing_database_fails_closed_and_tessera_recovers_by_itself() {
         .render(&tessera::telemetry::metrics::Gauges {
             audit_queue_depth: p.state.audit.queued(),
             audit_failing: p.state.audit.failing(),
+            ..Default::default()
         });
     for line in [
         "tessera_audit_write_failing 1",

@@ -43,6 +43,7 @@ fn assert_refusals(p: &Proxy, reason: &str, n: u64) {
         .render(&tessera::telemetry::metrics::Gauges {
             audit_queue_depth: 0,
             audit_failing: false,
+            ..Default::default()
         });
     let line = format!("tessera_refusals_total{{reason=\"{reason}\"}} {n}");
     assert!(
