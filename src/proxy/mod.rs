@@ -612,8 +612,8 @@ impl Decided {
         }
     }
 
-    /// What decided, for `/metrics`: the policies, a person, or a
-    /// prediction.
+    /// What decided, for `/metrics`: the policies, the external
+    /// authorizer, a person, or a prediction.
     fn counted(&self) -> crate::telemetry::metrics::Decision {
         use crate::authz::predict::Action;
         use crate::telemetry::metrics::{Decision, DecisionAction as A, DecisionSource as S};
@@ -629,7 +629,13 @@ impl Decided {
                     Verdict::Deny(_) => A::Deny,
                     Verdict::Ask(_) => A::Ask,
                 },
-                S::Policy,
+                // The external authorizer's verdict carries its reason
+                // (`ExternalAuthorizer::consult`); the policies' has none.
+                if self.verdict.grounds().reason.is_some() {
+                    S::Authorizer
+                } else {
+                    S::Policy
+                },
             ),
         };
         Decision { action, source }

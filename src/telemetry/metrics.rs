@@ -120,7 +120,7 @@ pub struct Metrics {
     /// Token requests by credential and outcome (rare: a lock is fine).
     token_refreshes: Mutex<BTreeMap<(String, bool), u64>>,
     /// Authorization decisions by action and source ([`Decision`]).
-    decisions: [[AtomicU64; 3]; 3],
+    decisions: [[AtomicU64; DECISION_SOURCES.len()]; DECISION_ACTIONS.len()],
     /// Predictions that failed (and asked a person instead).
     prediction_failures: AtomicU64,
 }
@@ -146,10 +146,13 @@ pub enum DecisionSource {
     Policy = 0,
     Person = 1,
     Prediction = 2,
+    /// The external authorizer (`--authorizer-url`), when its answer is
+    /// the verdict (it was as strict as the policies, or stricter).
+    Authorizer = 3,
 }
 
 const DECISION_ACTIONS: [&str; 3] = ["allow", "deny", "ask"];
-const DECISION_SOURCES: [&str; 3] = ["policy", "person", "prediction"];
+const DECISION_SOURCES: [&str; 4] = ["policy", "person", "prediction", "authorizer"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -426,7 +429,7 @@ impl Metrics {
         }
         let mut m = e.encode_descriptor(
             "tessera_decisions",
-            "Authorization decisions, by action (allow, deny, ask) and source (policy, person, prediction).",
+            "Authorization decisions, by action (allow, deny, ask) and source (policy, person, prediction, authorizer).",
             None,
             MetricType::Counter,
         )?;

@@ -201,6 +201,21 @@ async fn allow_deny_and_ask_answers_stand() {
         reasons[2].1.ends_with("authorizer: large change"),
         "{reasons:?}"
     );
+
+    // `/metrics` says who decided: the authorizer's three answers, the
+    // policy's deny.
+    let text = tessera::admin::ops::metrics_text(&p.state);
+    for line in [
+        "tessera_decisions_total{action=\"allow\",source=\"authorizer\"} 1",
+        "tessera_decisions_total{action=\"deny\",source=\"authorizer\"} 1",
+        "tessera_decisions_total{action=\"ask\",source=\"authorizer\"} 1",
+        "tessera_decisions_total{action=\"deny\",source=\"policy\"} 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
 }
 
 #[tokio::test]
