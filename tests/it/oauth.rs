@@ -23,7 +23,7 @@ const CLIENT_SECRET: &str = "client-secret-Hq7wR2xT";
 pub(crate) const FIRST_REFRESH: &str = "refresh-0-Vb9mK4sL";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Normal,
     Refuse,
     Hang,
@@ -43,7 +43,7 @@ pub(crate) struct AsState {
     issued: usize,
     pub(crate) expires_in: u64,
     rotate: bool,
-    mode: Option<Mode>,
+    pub(crate) mode: Option<Mode>,
     /// The MCP endpoint refuses every token.
     reject_all: bool,
     /// The MCP endpoint echoes every token issued so far.
@@ -106,6 +106,11 @@ impl AuthServer {
 
     pub(crate) fn token_requests(&self) -> usize {
         self.state.lock().unwrap().token_requests
+    }
+
+    /// Answer the token requests held in [`Mode::Gated`] now.
+    pub(crate) fn open_gate(&self) {
+        self.gate.notify_waiters();
     }
 
     /// Revoke every access token issued so far (as if they expired early).
@@ -517,7 +522,7 @@ async fn a_hundred_requests_at_expiry_cost_one_token_request() {
         .await
         .unwrap();
     auth.set(|s| s.mode = Some(Mode::Normal));
-    auth.gate.notify_waiters();
+    auth.open_gate();
     for c in calls {
         let (s, v) = c.await.unwrap();
         assert_eq!((s, &v["result"]["token"]), (200, &serde_json::json!(1)));
