@@ -375,8 +375,12 @@ impl OAuthSource {
         // Across replicas: lock the credential in the store and read what
         // is there. Another replica may have refreshed meanwhile (and
         // rotated the refresh token), so its token and secrets win.
-        let locking = cx.store.begin_oauth_refresh(&self.credential);
-        let mut lock = match timed(cx.db_timeout, locking).await {
+        // Bounded within: the database by `db_timeout`, another replica's
+        // refresh by its token request and save.
+        let locking = cx
+            .store
+            .begin_oauth_refresh(&self.credential, cx.db_timeout, cx.timeout);
+        let mut lock = match locking.await {
             Ok(lock) => Some(lock),
             Err(e) => {
                 tracing::warn!(credential = %self.credential, error = %e, "cannot lock the credential in the store; refreshing without the lock");

@@ -23,7 +23,7 @@ const CLIENT_SECRET: &str = "client-secret-Hq7wR2xT";
 pub(crate) const FIRST_REFRESH: &str = "refresh-0-Vb9mK4sL";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Normal,
     Refuse,
     Hang,
@@ -43,7 +43,7 @@ pub(crate) struct AsState {
     issued: usize,
     pub(crate) expires_in: u64,
     rotate: bool,
-    mode: Option<Mode>,
+    pub(crate) mode: Option<Mode>,
     /// The MCP endpoint refuses every token.
     reject_all: bool,
     /// The MCP endpoint echoes every token issued so far.
@@ -106,6 +106,11 @@ impl AuthServer {
 
     pub(crate) fn token_requests(&self) -> usize {
         self.state.lock().unwrap().token_requests
+    }
+
+    /// Answer the token requests held in [`Mode::Gated`] now.
+    pub(crate) fn open_gate(&self) {
+        self.gate.notify_waiters();
     }
 
     /// Revoke every access token issued so far (as if they expired early).
@@ -517,7 +522,7 @@ async fn a_hundred_requests_at_expiry_cost_one_token_request() {
         .await
         .unwrap();
     auth.set(|s| s.mode = Some(Mode::Normal));
-    auth.gate.notify_waiters();
+    auth.open_gate();
     for c in calls {
         let (s, v) = c.await.unwrap();
         assert_eq!((s, &v["result"]["token"]), (200, &serde_json::json!(1)));
@@ -909,4 +914,129 @@ async fn updated_oauth_settings_ask_for_a_new_token() {
     }
     assert_eq!(call(&a).await.0, 200);
     assert_eq!(auth.token_requests(), 2);
+}
+
+/// A refresh on Postgres holds the credential's cross-replica lock across
+/// the token request; it must not hold one of the serving pool's
+/// connections meanwhile. With more hanging token endpoints than the pool
+/// has connections, a call on a static credential is still audited and an
+/// approval is still held and redeemed, each far within the token timeout.
+#[tokio::test]
+async fn hanging_token_endpoints_leave_the_audit_writer_and_approvals_working() {
+    const POOL: u32 = 2;
+    const SLOW: usize = 4;
+    let token_timeout = Duration::from_secs(6);
+    let bound = Duration::from_millis(1500);
+    let auth = AuthServer::start(3600, false).await;
+    auth.set(|s| s.mode = Some(Mode::Hang));
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_pool(
+        Proxy::dir(),
+        POOL,
+        |c| c.token_timeout = token_timeout,
+        policies_with(&["ask-for-writes"]),
+    )
+    .await;
+    let token_url = format!("{}/token", auth.base);
+    let upstream = format!("{}/mcp", auth.base);
+    let mut slow = Vec::new();
+    for i in 0..SLOW {
+        let (name, caller) = (format!("slow{i}"), format!("agent{i}"));
+        let o = tessera(p.dir.path())
+            .args([
+                "credential",
+                "add",
+                &name,
+                "--upstream",
+                &upstream,
+                "--scheme",
+                "oauth2",
+                "--token-url",
+                &token_url,
+                "--client-id",
+                CLIENT_ID,
+                "--client-secret-env",
+                "CLIENT_SECRET",
+            ])
+            .env("CLIENT_SECRET", CLIENT_SECRET)
+            .env_remove("TESSERA_MASTER_KEY")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let token = last_line(&p.cli(&["caller", "add", &caller]));
+        let url = last_line(&p.cli(&[
+            "connection",
+            "add",
+            "--caller",
+            &caller,
+            "--credential",
+            &name,
+            "--public-url",
+            &p.base(),
+        ]));
+        slow.push(Agent { token, url });
+    }
+    let a = p.agent("gh", &up.url("/mcp"), "static").await;
+
+    // Every slow credential refreshes at once, and its token endpoint
+    // takes the request and never answers.
+    let calls: Vec<_> = slow
+        .into_iter()
+        .map(|a| tokio::spawn(async move { call(&a).await }))
+        .collect();
+    within(bound, || async { auth.token_requests() >= POOL as usize }).await;
+
+    // A call on a static credential: answered, and its audit row written.
+    let started = std::time::Instant::now();
+    let (s, v) = post_json(&a, tools_call(1, "search")).await;
+    assert_eq!(s, 200, "{v}");
+    let store = p.store().clone();
+    let audited = || {
+        let store = store.clone();
+        async move {
+            let q = tessera::store::model::AuditQuery {
+                limit: 1000,
+                ..Default::default()
+            };
+            store
+                .audit(&q)
+                .await
+                .unwrap()
+                .iter()
+                .any(|r| r.caller == "static" && r.tool.as_deref() == Some("search"))
+        }
+    };
+    within(bound, audited).await;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+
+    // A write is held for a person (the approval is stored), …
+    let write = || tools_call(2, "write_file");
+    let started = std::time::Instant::now();
+    let (s, v) = post_json(&a, write()).await;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    let at = text.find("approval ap_").expect(text) + "approval ".len();
+    let id = text[at..at + 15].to_string();
+    // … granted, and the same call then runs (the grant redeemed).
+    let o = p.cli(&["approval", "grant", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let started = std::time::Instant::now();
+    let (s, v) = post_json(&a, write()).await;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    assert_eq!(
+        (s, &v["result"]["echo"]),
+        (200, &serde_json::json!("tools/call")),
+        "{v}"
+    );
+
+    // The slow credentials all asked, and end in the token endpoint's 502.
+    within(bound, || async { auth.token_requests() == SLOW }).await;
+    for c in calls {
+        let (s, v) = c.await.unwrap();
+        assert_eq!(s, 502, "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("did not answer within 6000 ms"), "{msg}");
+    }
 }

@@ -2,13 +2,14 @@
 //! replica or the CLI changes reaches every replica within a second, by
 //! NOTIFY and not by polling; a replica that dies takes only its own
 //! streams along; two replicas whose OAuth token expires together make one
-//! token request. (Postgres leg only: see tests/postgres.rs.)
+//! token request, and a replica killed mid-refresh releases the lock at
+//! once. (Postgres leg only: see tests/postgres.rs.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::oauth::{AuthServer, CLIENT_ID, FIRST_REFRESH};
+use crate::oauth::{AuthServer, Mode, CLIENT_ID, FIRST_REFRESH};
 use crate::support::*;
 
 /// The same connection reached through the replica on `port`.
@@ -281,6 +282,91 @@ async fn replicas_whose_token_expires_together_make_one_refresh() {
         );
     }
     assert_eq!(auth.token_requests(), 2, "one refresh for both replicas");
+}
+
+/// A replica killed while it holds a credential's refresh lock (its token
+/// request unanswered) releases the lock as its own connection closes:
+/// another replica's refresh goes on at once, not after the token timeout.
+#[tokio::test]
+async fn a_replica_killed_mid_refresh_releases_the_lock_at_once() {
+    let auth = AuthServer::start(3600, false).await;
+    auth.set(|s| s.mode = Some(Mode::Gated));
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let (pa, pb) = (Served::free_port(), Served::free_port());
+    let o = tessera(d)
+        .args([
+            "credential",
+            "add",
+            "saas",
+            "--upstream",
+            &format!("{}/mcp", auth.base),
+            "--scheme",
+            "oauth2",
+            "--token-url",
+            &format!("{}/token", auth.base),
+            "--client-id",
+            CLIENT_ID,
+            "--refresh-token-env",
+            "REFRESH",
+        ])
+        .env("REFRESH", FIRST_REFRESH)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let token = last_line(&cli(d, &["caller", "add", "agent"]));
+    let url = last_line(&cli(
+        d,
+        &[
+            "connection",
+            "add",
+            "--caller",
+            "agent",
+            "--credential",
+            "saas",
+            "--public-url",
+            &format!("http://127.0.0.1:{pa}"),
+        ],
+    ));
+    let a = Agent { token, url };
+    let b = via(&a, pb);
+    // Long enough that only a released lock lets B ask in time.
+    let slow = ["--token-timeout-ms", "30000"];
+    let mut ra = Served::start(d, pa, &slow, &[]).await;
+    let _rb = Served::start(d, pb, &slow, &[]).await;
+
+    // A takes the lock and asks; the token endpoint holds its answer.
+    let on_a = client()
+        .post(&a.url)
+        .bearer_auth(&a.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(tools_call(1, "t"))
+        .send();
+    let on_a = tokio::spawn(on_a);
+    within(Duration::from_secs(5), || async {
+        auth.token_requests() == 1
+    })
+    .await;
+    // B waits behind A's lock: no token request of its own. (Nothing to
+    // await here but the absence of an event.)
+    let on_b = tokio::spawn(async move { post_json(&b, tools_call(2, "t")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(auth.token_requests(), 1, "B asked while A held the lock");
+
+    // A dies; its connection closes and the lock with it: B, finding
+    // nothing stored, asks for itself at once.
+    ra.child.kill().await.unwrap();
+    // A's caller loses the connection, not a token.
+    assert!(on_a.await.unwrap().is_err());
+    within(Duration::from_secs(2), || async {
+        auth.token_requests() == 2
+    })
+    .await;
+    auth.open_gate();
+    let (s, v) = on_b.await.unwrap();
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(auth.token_requests(), 2);
 }
 
 #[tokio::test]

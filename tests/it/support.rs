@@ -785,6 +785,28 @@ impl Proxy {
         tweak: impl FnOnce(&mut tessera::config::ServeConfig),
         policies: tessera::authz::cedar::Policies,
     ) -> Proxy {
+        Self::start_on_pool(dir, url, None, tweak, policies).await
+    }
+
+    /// Serve `dir` with a data plane whose store pool has at most `pool`
+    /// connections (`serve --db-pool-size`).
+    pub async fn start_with_pool(
+        dir: DataDir,
+        pool: u32,
+        tweak: impl FnOnce(&mut tessera::config::ServeConfig),
+        policies: tessera::authz::cedar::Policies,
+    ) -> Proxy {
+        let url = database_url(dir.path());
+        Self::start_on_pool(dir, url, Some(pool), tweak, policies).await
+    }
+
+    async fn start_on_pool(
+        dir: DataDir,
+        url: Option<String>,
+        pool: Option<u32>,
+        tweak: impl FnOnce(&mut tessera::config::ServeConfig),
+        policies: tessera::authz::cedar::Policies,
+    ) -> Proxy {
         // Every data plane logs into the suite's capture, checked for the
         // canary secret by `assert_logs_lack`.
         logs();
@@ -817,7 +839,7 @@ impl Proxy {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let store = tessera::store::Store::open(&path, url.as_ref())
+                let store = tessera::store::Store::open_with_pool(&path, url.as_ref(), pool)
                     .await
                     .unwrap();
                 let key = tessera::crypto::keyring::MasterKey::load(None, &path).unwrap();
