@@ -118,8 +118,18 @@ fn compose_runs_postgres_tessera_and_a_sandbox() {
     }
     assert_eq!(t["read_only"], true);
     // Its ops listener drives the healthcheck (the image has no shell or
-    // curl) and is what Prometheus scrapes; it is not published either.
-    assert_eq!(env["TESSERA_OPS_LISTEN"], "0.0.0.0:7472");
+    // curl) and is what Prometheus scrapes; it is not published either,
+    // and it binds tessera's address on the store network alone: /metrics
+    // names credentials, and the sandbox network must not reach it.
+    let store = &t["networks"]["store"]["ipv4_address"];
+    let ops = env["TESSERA_OPS_LISTEN"].as_str().unwrap();
+    assert_eq!(ops, format!("{}:7472", store.as_str().unwrap()));
+    let subnet = c["networks"]["store"]["ipam"]["config"][0]["subnet"]
+        .as_str()
+        .unwrap();
+    let prefix = subnet.rsplit_once('.').unwrap().0;
+    assert!(ops.starts_with(&format!("{prefix}.")), "{ops} in {subnet}");
+    assert_eq!(c["networks"]["store"]["internal"], true);
     assert_eq!(
         t["healthcheck"]["test"],
         serde_json::json!(["CMD", "tessera", "probe", "readyz"])
@@ -141,11 +151,11 @@ fn compose_runs_postgres_tessera_and_a_sandbox() {
     assert_eq!(nets.len(), 1, "{nets:?}");
     assert_eq!(c["networks"][nets[0]]["internal"], true);
     for (name, svc) in s.as_object().unwrap() {
-        let on = svc["networks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n == nets[0]);
+        // A list of names, or a map of name to settings.
+        let on = match &svc["networks"] {
+            serde_json::Value::Object(m) => m.contains_key(nets[0]),
+            v => v.as_array().unwrap().iter().any(|n| n == nets[0]),
+        };
         assert_eq!(on, name == "sandbox" || name == "tessera", "{name}");
     }
     assert!(sb.get("secrets").is_none(), "the sandbox mounts a secret");

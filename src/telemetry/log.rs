@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
@@ -459,6 +460,20 @@ impl Filter {
         if text.len() > MAX_FILTER_BYTES {
             return Err(LogLevelError::TooLong);
         }
+        // A bare word that is not a level is, to EnvFilter, a target
+        // enabled at every level, and every other target is then off: a
+        // misspelt `warning` would silence the log, errors included.
+        // Targets take a level here (`tessera::proxy=debug`).
+        if let Some(word) = text
+            .split(',')
+            .map(str::trim)
+            .find(|d| !d.contains('=') && d.parse::<LevelFilter>().is_err())
+        {
+            return Err(LogLevelError::Invalid(format!(
+                "{:?} is not a level (a target needs one: TARGET=LEVEL)",
+                printable(word)
+            )));
+        }
         let filter = EnvFilter::builder()
             .parse(text)
             .map_err(|e| LogLevelError::Invalid(format!("{:?}: {e}", printable(text))))?;
@@ -702,6 +717,15 @@ mod tests {
             "info,tessera::access=warn"
         );
         assert_eq!(Filter::parse("  ").err(), Some(LogLevelError::Empty));
+        // A bare word that is no level would turn every other target off
+        // (EnvFilter reads it as a target): refused, alone or in a list.
+        for word in ["warning", "bogus", "info,verbose", "tessera::proxy"] {
+            let e = Filter::parse(word).err().expect(word).to_string();
+            assert!(e.contains("is not a level"), "{word}: {e}");
+        }
+        for ok in ["off", "WARN", "error,tessera::proxy=debug"] {
+            assert!(Filter::parse(ok).is_ok(), "{ok}");
+        }
         let bad = Filter::parse("tessera=loud").err().unwrap().to_string();
         assert!(
             bad.contains("tessera=loud") && bad.contains("give a level"),
