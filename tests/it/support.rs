@@ -888,9 +888,14 @@ impl Proxy {
     /// Wait until the data plane serves what the store holds now: the
     /// event the refresh task produces when it swaps in a new snapshot.
     pub async fn synced(&self) -> std::time::Duration {
+        self.synced_within(Duration::from_secs(1)).await
+    }
+
+    /// [`Proxy::synced`], waiting up to `bound`.
+    pub async fn synced_within(&self, bound: Duration) -> std::time::Duration {
         let want = self.store.revision().await.unwrap().data;
         let state = self.state.clone();
-        within(Duration::from_secs(1), || {
+        within(bound, || {
             let state = state.clone();
             async move { state.snapshot.load().revision >= want }
         })
