@@ -44,6 +44,8 @@ pub struct Process {
     /// The log filter, to change while serving (`PUT /v1/log-level`);
     /// `None` where the process's subscriber is not tessera's own.
     pub log_filter: Option<Arc<crate::telemetry::log::LogFilter>>,
+    /// Where traces go (`--otlp-endpoint`); off when it names nothing.
+    pub traces: crate::telemetry::trace::TraceSettings,
 }
 
 /// Why `serve` could not start or did not end cleanly.
@@ -51,6 +53,8 @@ pub struct Process {
 pub enum ServeError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Trace(#[from] crate::telemetry::trace::TraceError),
     #[error("binding {addr}: {source}")]
     Bind {
         addr: String,
@@ -73,6 +77,16 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     tracing::info!(policies = %p.policies.origin, count = p.policies.len(), "policies loaded");
     let (state, _refresher) = State::start(p.config, p.store, p.key, p.policies).await?;
+    let traces = crate::telemetry::trace::start(
+        &p.traces,
+        crate::upstream::otlp::Exporting::new(
+            state.config.connect_timeout,
+            (*state.config.upstream_roots).clone(),
+        ),
+    )?;
+    if let Some(url) = traces.as_ref().and(p.traces.traces_url()) {
+        tracing::info!(otlp = %crate::wire::query::shown_str(&url), "exporting traces");
+    }
     reload_policies_on_change(&state, p.policy_dir, p.policy_check)?;
     if let Some(f) = p.log_filter {
         let _ = state.log_filter.set(f);
@@ -134,6 +148,9 @@ pub async fn run(
             ms: p.shutdown_grace.as_millis(),
             queued: state.audit.queued(),
         });
+    }
+    if let Some(t) = traces {
+        t.shutdown(p.shutdown_grace).await;
     }
     Ok(())
 }

@@ -123,7 +123,26 @@ impl ExternalAuthorizer {
             reason: Some(reason),
             learn: false,
         };
-        let answer = tokio::time::timeout(self.config.timeout, self.ask(req)).await;
+        let span = crate::telemetry::trace::Span::child_of_kind(
+            "authorizer",
+            opentelemetry::trace::SpanKind::Client,
+        );
+        let answer = span
+            .run(tokio::time::timeout(self.config.timeout, self.ask(req)))
+            .await;
+        match &answer {
+            Ok(Ok(a)) => span.set(|| {
+                let d = match a.decision {
+                    Decision::Allow => "allow",
+                    Decision::Deny => "deny",
+                    Decision::Ask => "ask",
+                };
+                vec![opentelemetry::KeyValue::new("tessera.verdict", d)]
+            }),
+            Ok(Err(_)) => span.error(|| "the authorizer failed".into()),
+            Err(_) => span.error(|| "no answer within the authorizer timeout".into()),
+        }
+        drop(span);
         let second = match answer {
             Ok(Ok(a)) => {
                 let reason = a

@@ -46,6 +46,11 @@ pub(crate) struct ServeArgs {
     /// OAuth refreshes and snapshot reloads.
     #[arg(long, env = "TESSERA_DB_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) db_pool_size: Option<u32>,
+    /// Export traces (OpenTelemetry, OTLP over HTTP/protobuf) to this
+    /// collector base URL; `/v1/traces` is appended. Off when unset.
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, when set, is used as it is.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub(crate) otlp_endpoint: Option<String>,
     /// The log's lines: logfmt text, or one JSON object each.
     #[arg(long, env = "TESSERA_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub(crate) log_format: String,
@@ -111,6 +116,9 @@ pub(crate) async fn serve_logged(
         shutdown_grace: Duration::from_millis(a.shutdown_grace_ms),
         release_free_memory: crate::release_free_memory(),
         log_filter: Some(log_filter),
+        traces: tessera::telemetry::trace::TraceSettings {
+            endpoint: a.otlp_endpoint.clone(),
+        },
     };
     // Start-up lines are shown at once, not a second later.
     let started = |_: &_| log.flush();

@@ -365,6 +365,29 @@ impl OAuthSource {
         cx: &OAuthContext<'_>,
         rejected: Option<&Arc<Token>>,
     ) -> Result<Arc<Token>, TokenError> {
+        let span = crate::telemetry::trace::Span::child_of_kind(
+            "oauth.refresh",
+            opentelemetry::trace::SpanKind::Client,
+        );
+        span.set(|| {
+            vec![opentelemetry::KeyValue::new(
+                "tessera.credential",
+                self.credential.to_string(),
+            )]
+        });
+        let refreshed = span.run(self.refresh_once(cx, rejected)).await;
+        if let Err(e) = &refreshed {
+            span.error(|| e.to_string());
+        }
+        refreshed
+    }
+
+    /// [`OAuthSource::refresh`], one at a time per credential.
+    async fn refresh_once(
+        &self,
+        cx: &OAuthContext<'_>,
+        rejected: Option<&Arc<Token>>,
+    ) -> Result<Arc<Token>, TokenError> {
         let _one = self.refreshing.lock().await;
         if let Some(t) = self.token.load_full() {
             let is_rejected = rejected.is_some_and(|r| Arc::ptr_eq(r, &t));

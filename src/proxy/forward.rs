@@ -15,6 +15,7 @@ use crate::credentials::Injection;
 use crate::model::Upstream;
 use crate::proxy::error::ProxyError;
 use crate::state::State;
+use crate::telemetry::trace;
 use crate::wire::headers::{
     is_trust_header, names_a_credential, remove_hop_by_hop_and, RANGE_REQUEST, STRIPPED_REQUEST,
 };
@@ -155,17 +156,43 @@ pub fn upstream_request(
 /// the host name the upstream in an error (copied only then).
 pub(crate) async fn send(
     state: &State,
-    req: Request<Bytes>,
+    mut req: Request<Bytes>,
     credential: &str,
 ) -> Result<Response<crate::proxy::forward::UpstreamBody>, ProxyError> {
     // A reference-counted copy, not an allocation.
     let authority = req.uri().authority().cloned();
+    // With traces on, the exchange is a client span (until the answer's
+    // head) and the upstream is told its context, not the caller's.
+    let span = trace::Span::child_of_kind("upstream", opentelemetry::trace::SpanKind::Client);
+    if span.is_on() {
+        span.inject(req.headers_mut());
+        span.set(|| upstream_span_attributes(&req));
+    }
     let sent = Instant::now();
     // Pooled per credential: a connection that carried this credential
     // never carries another's requests.
     let sending = state.client.send(req, credential);
     let resp = tokio::time::timeout(state.config.upstream_timeout, sending).await;
     state.metrics.upstream_latency(sent.elapsed());
+    if span.is_on() {
+        match &resp {
+            Ok(Ok(r)) => {
+                let status = r.status();
+                span.set(|| {
+                    vec![opentelemetry::KeyValue::new(
+                        "http.response.status_code",
+                        i64::from(status.as_u16()),
+                    )]
+                });
+                if status.is_server_error() {
+                    span.error(|| format!("answered {}", status.as_u16()));
+                }
+            }
+            Ok(Err(_)) => span.error(|| "no answer: the exchange failed".into()),
+            Err(_) => span.error(|| "no answer within the upstream timeout".into()),
+        }
+    }
+    drop(span);
     let credential = || credential.to_string();
     match resp {
         Ok(Ok(resp)) => Ok(resp),
@@ -248,6 +275,26 @@ pub(crate) async fn send_oauth(
     );
     let resp = send(state, again, credential).await?;
     Ok((resp, token.injection.redactor.clone()))
+}
+
+/// What an upstream span says of its request: the upstream's host and
+/// port and the method, never its path, query or any header.
+fn upstream_span_attributes(req: &Request<Bytes>) -> Vec<opentelemetry::KeyValue> {
+    use opentelemetry::KeyValue;
+    let uri = req.uri();
+    let mut a = vec![KeyValue::new(
+        "http.request.method",
+        req.method().as_str().to_string(),
+    )];
+    if let Some(host) = uri.host() {
+        a.push(KeyValue::new("server.address", host.to_string()));
+    }
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    });
+    a.push(KeyValue::new("server.port", i64::from(port)));
+    a
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ use crate::proxy::route::route;
 use crate::state::State;
 use crate::store::model::{AuditRecord, CallKey};
 use crate::telemetry::metrics::Reason;
+use crate::telemetry::trace;
 
 /// What the access log records of one request. Never a secret: the
 /// connection id is shortened, tokens and credential values never enter.
@@ -112,7 +113,10 @@ pub async fn handle(
     let started = Instant::now();
     let method = req.method().clone();
     let mut access = Access::default();
-    let resp = match proxy(&state, req, peer, &mut access).await {
+    // The request's span (with traces on) and id, continuing the caller's
+    // trace context; every span the stages start is its child.
+    let (_request_id, span) = trace::start_request(span_name(&method), req.headers());
+    let resp = match span.run(proxy(&state, req, peer, &mut access)).await {
         Ok(r) => r,
         Err(e) => {
             access.reason = Some(e.reason());
@@ -164,8 +168,69 @@ pub async fn handle(
         .metrics
         .request(outcome, resp.status().as_u16(), access.reason);
     state.metrics.request_duration(elapsed);
+    if span.is_on() {
+        request_span_attributes(&span, &access, &method, resp.status());
+    }
+    drop(span);
     audit(&state, access, &method, resp.status().as_u16(), started).await;
     resp
+}
+
+/// A request span's name: the method and the route's template (the
+/// address is a capability, never a span's name).
+fn span_name(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::POST => "POST /c/{address}",
+        http::Method::GET => "GET /c/{address}",
+        http::Method::DELETE => "DELETE /c/{address}",
+        _ => "HTTP",
+    }
+}
+
+/// What a request's span tells of it once answered: as the access line,
+/// never a token, a secret or an argument (the tool's name is redacted as
+/// it is there, and the address is shortened).
+fn request_span_attributes(
+    span: &trace::Span,
+    access: &Access,
+    method: &http::Method,
+    status: http::StatusCode,
+) {
+    use opentelemetry::KeyValue;
+    span.set(|| {
+        let mut a = vec![
+            KeyValue::new("http.request.method", method.as_str().to_string()),
+            KeyValue::new("http.route", "/c/{address}"),
+            KeyValue::new("http.response.status_code", i64::from(status.as_u16())),
+            KeyValue::new(
+                "tessera.verdict",
+                if access.reason.is_some() {
+                    "refused"
+                } else {
+                    "forwarded"
+                },
+            ),
+        ];
+        let text = |k: &'static str, v: Option<&str>| v.map(|v| KeyValue::new(k, v.to_string()));
+        a.extend(
+            [
+                text(
+                    "tessera.caller",
+                    access.caller.as_ref().map(|c| c.name.as_str()),
+                ),
+                text("tessera.connection", access.connection.as_deref()),
+                text("mcp.method.name", access.rpc_method.as_deref()),
+                text("gen_ai.tool.name", access.tool.as_deref()),
+                text("tessera.reason", access.reason.map(Reason::as_str)),
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        a
+    });
+    if status.is_server_error() {
+        span.error(|| format!("answered {}", status.as_u16()));
+    }
 }
 
 /// Queue one audit record per decision made (none for requests refused
@@ -583,7 +648,38 @@ async fn proxy(
 /// The verdict on a request: [`crate::authz::decide::verdict`] with this
 /// process's policies and external authorizer.
 async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
-    crate::authz::decide::verdict(&*state.authorizer, state.external.as_ref(), ask).await
+    let span = trace::Span::child("authorize");
+    let v = span
+        .run(crate::authz::decide::verdict(
+            &*state.authorizer,
+            state.external.as_ref(),
+            ask,
+        ))
+        .await;
+    span.set(|| {
+        use opentelemetry::KeyValue;
+        let mut a = vec![
+            KeyValue::new(
+                "tessera.action",
+                crate::authz::action_name(ask.http_method, ask.rpc_method),
+            ),
+            KeyValue::new("tessera.verdict", v.name()),
+            KeyValue::new(
+                "tessera.decided_by",
+                if v.grounds().reason.is_some() {
+                    "authorizer"
+                } else {
+                    "policy"
+                },
+            ),
+        ];
+        if let Some(t) = ask.tool {
+            let t = ask.connection.upstream.redactor().text(t).into_owned();
+            a.push(KeyValue::new("gen_ai.tool.name", t));
+        }
+        a
+    });
+    v
 }
 
 impl Decided {
@@ -791,7 +887,25 @@ async fn enforce(
     if asked.is_empty() {
         return Ok(());
     }
-    let settled = held::hold(state, &held).await.map_err(|e| match e {
+    let span = trace::Span::child("approval");
+    span.set(|| {
+        vec![opentelemetry::KeyValue::new(
+            "tessera.held_calls",
+            held.len() as i64,
+        )]
+    });
+    let settled = span.run(held::hold(state, &held)).await;
+    span.set(|| {
+        let outcome = match &settled {
+            Ok(s) if s.iter().all(|s| matches!(s, Settled::Granted(_))) => "granted",
+            Ok(s) if s.iter().any(|s| matches!(s, Settled::Denied(_))) => "denied",
+            Ok(_) => "pending",
+            Err(_) => "failed",
+        };
+        vec![opentelemetry::KeyValue::new("tessera.approval", outcome)]
+    });
+    drop(span);
+    let settled = settled.map_err(|e| match e {
         approvals::SettleError::TooManyPending { .. } => {
             ProxyError::TooMany(TooMany::PendingApprovals, PENDING_RETRY_AFTER_S)
         }
@@ -892,12 +1006,27 @@ async fn learn(
                 serde_json::value::RawValue::from_string(redactor.text(a).into_owned()).ok()
             }),
         };
-        let Some(outcome) = held::predict(state, &held[k], question.clone())
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "looking up a held call's records failed");
-                ProxyError::ApprovalUnavailable
-            })?
+        let span = trace::Span::child("predict");
+        let predicted = span
+            .run(held::predict(state, &held[k], question.clone()))
+            .await;
+        span.set(|| {
+            let action = match &predicted {
+                Ok(Some(o)) => match o.action() {
+                    crate::authz::predict::Action::Allow => "allow",
+                    crate::authz::predict::Action::Deny => "deny",
+                    crate::authz::predict::Action::Ask => "ask",
+                },
+                Ok(None) => "none",
+                Err(_) => "failed",
+            };
+            vec![opentelemetry::KeyValue::new("tessera.prediction", action)]
+        });
+        drop(span);
+        let Some(outcome) = predicted.map_err(|e| {
+            tracing::error!(error = %e, "looking up a held call's records failed");
+            ProxyError::ApprovalUnavailable
+        })?
         else {
             continue;
         };

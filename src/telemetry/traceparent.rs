@@ -157,7 +157,10 @@ mod tests {
             RequestId::from_trace_id(p.trace_id).as_str(),
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
-        assert_eq!(p.parent_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            p.parent_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
         assert_eq!(p.flags, 1);
     }
 

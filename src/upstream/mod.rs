@@ -3,6 +3,7 @@
 
 pub mod egress;
 pub mod h1;
+pub mod otlp;
 pub mod pool;
 
 use std::time::Duration;

@@ -34,4 +34,5 @@ mod shutdown;
 mod sse;
 mod support;
 mod tool_list;
+mod traces;
 mod upstream_faults;

@@ -858,6 +858,7 @@ impl Proxy {
                     shutdown_grace: Duration::from_secs(1),
                     release_free_memory: None,
                     log_filter: None,
+                    traces: Default::default(),
                 };
                 let listener = TcpListener::from_std(listener).unwrap();
                 let shutdown = async move {
