@@ -15,6 +15,7 @@ use crate::credentials::Injection;
 use crate::model::Upstream;
 use crate::proxy::error::ProxyError;
 use crate::state::State;
+use crate::telemetry::metrics::UpstreamOutcome;
 use crate::telemetry::trace;
 use crate::wire::headers::{
     is_trust_header, names_a_credential, remove_hop_by_hop_and, RANGE_REQUEST, STRIPPED_REQUEST,
@@ -193,32 +194,45 @@ pub(crate) async fn send(
         }
     }
     drop(span);
+    let counted = |o| state.metrics.upstream_outcome(credential, o);
     let credential = || credential.to_string();
     match resp {
-        Ok(Ok(resp)) => Ok(resp),
-        Err(_) => Err(ProxyError::UpstreamTimeout {
-            credential: credential(),
-        }),
+        Ok(Ok(resp)) => {
+            counted(UpstreamOutcome::Status(resp.status().as_u16()));
+            Ok(resp)
+        }
+        Err(_) => {
+            counted(UpstreamOutcome::Timeout);
+            Err(ProxyError::UpstreamTimeout {
+                credential: credential(),
+            })
+        }
         Ok(Err(SendError::Connect(e))) => {
             if let Some(refused) = crate::upstream::egress::refusal_in(&*e) {
+                counted(UpstreamOutcome::EgressRefused);
                 let credential = credential();
                 tracing::warn!(credential, error = %refused, "upstream refused by the egress rule");
                 return Err(ProxyError::UpstreamForbidden { credential });
             }
             if let Some(tls) = crate::upstream::pool::tls_failure(&*e) {
+                counted(UpstreamOutcome::Tls);
                 return Err(ProxyError::UpstreamTls {
                     credential: credential(),
                     host: authority.as_ref().map_or("", |a| a.host()).to_string(),
                     why: tls.to_string(),
                 });
             }
+            counted(UpstreamOutcome::Unreachable);
             Err(ProxyError::UpstreamUnreachable {
                 credential: credential(),
             })
         }
-        Ok(Err(SendError::Http(_))) => Err(ProxyError::UpstreamProtocol {
-            credential: credential(),
-        }),
+        Ok(Err(SendError::Http(_))) => {
+            counted(UpstreamOutcome::Protocol);
+            Err(ProxyError::UpstreamProtocol {
+                credential: credential(),
+            })
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 //! are credential names (token refreshes). Connection ids, tokens and tool
 //! arguments never become labels.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,10 +119,61 @@ pub struct Metrics {
     bytes_out: AtomicU64,
     /// Token requests by credential and outcome (rare: a lock is fine).
     token_refreshes: Mutex<BTreeMap<(String, bool), u64>>,
+    /// How upstream exchanges ended, per credential: read without a lock
+    /// on the request path; a credential's first exchange adds its row.
+    upstream_outcomes: arc_swap::ArcSwap<HashMap<Box<str>, Arc<OutcomeCounts>>>,
     /// Authorization decisions by action and source ([`Decision`]).
     decisions: [[AtomicU64; DECISION_SOURCES.len()]; DECISION_ACTIONS.len()],
     /// Predictions that failed (and asked a person instead).
     prediction_failures: AtomicU64,
+}
+
+/// How an exchange with an upstream ended: the class of its answer's
+/// status, or why there was none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamOutcome {
+    /// An answer, by its status (1xx and 2xx count as 2xx).
+    Status(u16),
+    Timeout,
+    Unreachable,
+    Tls,
+    /// The egress rule refused the upstream's address.
+    EgressRefused,
+    /// A broken HTTP exchange.
+    Protocol,
+}
+
+/// The `outcome` label of `tessera_upstream_responses`, by index.
+const UPSTREAM_OUTCOMES: [&str; 9] = [
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "timeout",
+    "unreachable",
+    "tls",
+    "egress_refused",
+    "protocol",
+];
+
+type OutcomeCounts = [AtomicU64; UPSTREAM_OUTCOMES.len()];
+
+impl UpstreamOutcome {
+    fn index(self) -> usize {
+        match self {
+            UpstreamOutcome::Status(s) => match s {
+                ..=299 => 0,
+                300..=399 => 1,
+                400..=499 => 2,
+                _ => 3,
+            },
+            UpstreamOutcome::Timeout => 4,
+            UpstreamOutcome::Unreachable => 5,
+            UpstreamOutcome::Tls => 6,
+            UpstreamOutcome::EgressRefused => 7,
+            UpstreamOutcome::Protocol => 8,
+        }
+    }
 }
 
 /// What an authorization decision did, and who made it: the policies (or
@@ -170,6 +221,7 @@ impl Default for Metrics {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             token_refreshes: Mutex::new(BTreeMap::new()),
+            upstream_outcomes: Default::default(),
             decisions: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             prediction_failures: AtomicU64::new(0),
         }
@@ -296,6 +348,28 @@ impl Metrics {
     }
 
     /// One token request for `credential`, and whether it succeeded.
+    /// How an exchange with `credential`'s upstream ended. The label set
+    /// is bounded by the credentials an admin registered (a deleted one's
+    /// row stays until the process restarts).
+    pub fn upstream_outcome(&self, credential: &str, outcome: UpstreamOutcome) {
+        let i = outcome.index();
+        if let Some(c) = self.upstream_outcomes.load().get(credential) {
+            c[i].fetch_add(1, Relaxed);
+            return;
+        }
+        // A credential's first exchange since start: add its row (rare;
+        // concurrent first exchanges agree on one row).
+        self.upstream_outcomes.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.entry(credential.into())
+                .or_insert_with(|| Arc::new(std::array::from_fn(|_| AtomicU64::new(0))));
+            m
+        });
+        if let Some(c) = self.upstream_outcomes.load().get(credential) {
+            c[i].fetch_add(1, Relaxed);
+        }
+    }
+
     pub fn token_refresh(&self, credential: &str, ok: bool) {
         let mut m = self
             .token_refreshes
@@ -426,6 +500,24 @@ impl Metrics {
             let outcome = if *ok { "ok" } else { "failed" };
             let labels = [("credential", cred.as_str()), ("outcome", outcome)];
             ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
+        }
+        let mut m = e.encode_descriptor(
+            "tessera_upstream_responses",
+            "Exchanges with upstreams, by credential and outcome: the answer's status class, or why there was none (timeout, unreachable, tls, egress_refused, protocol).",
+            None,
+            MetricType::Counter,
+        )?;
+        let outcomes = self.upstream_outcomes.load();
+        let mut credentials: Vec<&Box<str>> = outcomes.keys().collect();
+        credentials.sort();
+        for cred in credentials {
+            for (o, c) in UPSTREAM_OUTCOMES.iter().zip(outcomes[cred].iter()) {
+                let n = c.load(Relaxed);
+                if n > 0 {
+                    let labels = [("credential", &**cred), ("outcome", *o)];
+                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                }
+            }
         }
         let mut m = e.encode_descriptor(
             "tessera_decisions",

@@ -321,3 +321,39 @@ async fn the_log_level_changes_while_serving() {
     s.signal("TERM");
     s.read_to_end().await;
 }
+
+/// `tessera_upstream_responses` counts each exchange by credential and
+/// outcome: an answer by its status class, no answer by why. Nothing else
+/// becomes a label (no address, no caller, no tool).
+#[tokio::test]
+async fn upstream_outcomes_are_counted_per_credential() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let ok = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let refused = p.agent("tracker", &up.url("/deny"), "agent2").await;
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let down = p.agent("db", &gone, "agent3").await;
+    for (a, n) in [(&ok, 2), (&refused, 1), (&down, 1)] {
+        for i in 0..n {
+            let _ = send_call(a, i).await.bytes().await;
+        }
+    }
+    let (status, _, text) = get(format!("http://{}/metrics", p.ops)).await;
+    assert_eq!(status, 200);
+    for line in [
+        "# TYPE tessera_upstream_responses_total counter",
+        r#"tessera_upstream_responses_total{credential="gh",outcome="2xx"} 2"#,
+        r#"tessera_upstream_responses_total{credential="tracker",outcome="4xx"} 1"#,
+        r#"tessera_upstream_responses_total{credential="db",outcome="unreachable"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tessera_upstream_responses_total{"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+}
