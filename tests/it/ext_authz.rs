@@ -18,21 +18,21 @@ use crate::support::*;
 
 /// How the test authorizer answers.
 #[derive(Clone, Copy)]
-enum Mode {
+pub(crate) enum Mode {
     Answer(&'static str),
     Status500,
     Hang,
 }
 
-struct Authz {
-    url: String,
+pub(crate) struct Authz {
+    pub(crate) url: String,
     mode: Arc<Mutex<Mode>>,
     questions: Arc<Mutex<Vec<serde_json::Value>>>,
     closed: Arc<Notify>,
 }
 
 impl Authz {
-    async fn start(mode: Mode) -> Authz {
+    pub(crate) async fn start(mode: Mode) -> Authz {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/authorize", listener.local_addr().unwrap());
         let mode = Arc::new(Mutex::new(mode));

@@ -351,3 +351,50 @@ async fn a_refused_call_is_traced_with_its_reason_and_no_upstream_span() {
     served.signal("TERM");
     served.read_to_end().await;
 }
+
+/// The external authorizer's exchange is a client span under the
+/// authorization span, which says the authorizer decided.
+#[tokio::test]
+async fn the_external_authorizer_is_a_span_under_authorize() {
+    use crate::ext_authz::{Authz, Mode};
+    let receiver = Receiver::start().await;
+    let authz = Authz::start(Mode::Answer(r#"{"decision":"allow","reason":"fine"}"#)).await;
+    let upstream = Upstream::start().await;
+    let dir = Proxy::dir();
+    let port = Served::free_port();
+    let public = format!("http://127.0.0.1:{port}");
+    let agent = register(dir.path(), &public, "gh", &upstream.url("/mcp"), "agent");
+    let mut served = Served::start(
+        dir.path(),
+        port,
+        &[
+            "--otlp-endpoint",
+            &receiver.url(),
+            "--authorizer-url",
+            &authz.url,
+        ],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    )
+    .await;
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let r = client()
+        .post(&agent.url)
+        .bearer_auth(&agent.token)
+        .header("traceparent", format!("00-{trace}-b7ad6b7169203331-01"))
+        .body(tools_call(1, "search"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let spans = receiver.trace(&unhex(trace), 4).await;
+    let root = one(&spans, "POST /c/{address}");
+    let authorize = one(&spans, "authorize");
+    let asked = one(&spans, "authorizer");
+    assert_eq!(authorize.parent, root.span_id);
+    assert_eq!(asked.parent, authorize.span_id);
+    assert_eq!(asked.kind, SpanKind::Client as i32);
+    assert_eq!(asked.attributes["tessera.verdict"], "allow");
+    assert_eq!(authorize.attributes["tessera.decided_by"], "authorizer");
+    served.signal("TERM");
+    served.read_to_end().await;
+}
