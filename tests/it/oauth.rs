@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use crate::support::*;
 
 pub(crate) const CLIENT_ID: &str = "tessera-client";
-const CLIENT_SECRET: &str = "client-secret-Hq7wR2xT";
+pub(crate) const CLIENT_SECRET: &str = "client-secret-Hq7wR2xT";
 pub(crate) const FIRST_REFRESH: &str = "refresh-0-Vb9mK4sL";
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -398,3 +398,84 @@ async fn the_external_authorizer_is_a_span_under_authorize() {
     served.signal("TERM");
     served.read_to_end().await;
 }
+
+/// An OAuth credential's first call fetches a token: an `oauth.refresh`
+/// client span in the call's trace, naming the credential and holding no
+/// secret (the client secret, the token).
+#[tokio::test]
+async fn an_oauth_refresh_is_a_span_of_the_call_that_needed_it() {
+    use crate::oauth::{AuthServer, CLIENT_ID, CLIENT_SECRET};
+    let receiver = Receiver::start().await;
+    let auth = AuthServer::start(3600, false).await;
+    let dir = Proxy::dir();
+    let port = Served::free_port();
+    let public = format!("http://127.0.0.1:{port}");
+    let (token_url, upstream) = (format!("{}/token", auth.base), format!("{}/mcp", auth.base));
+    let o = tessera(dir.path())
+        .args([
+            "credential",
+            "add",
+            "saas",
+            "--upstream",
+            &upstream,
+            "--scheme",
+            "oauth2",
+            "--token-url",
+            &token_url,
+            "--client-id",
+            CLIENT_ID,
+            "--client-secret-env",
+            "CLIENT_SECRET",
+        ])
+        .env("CLIENT_SECRET", CLIENT_SECRET)
+        .env_remove("TESSERA_MASTER_KEY")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let token = last_line(&cli(dir.path(), &["caller", "add", "agent"]));
+    let url = last_line(&cli(
+        dir.path(),
+        &[
+            "connection",
+            "add",
+            "--caller",
+            "agent",
+            "--credential",
+            "saas",
+            "--public-url",
+            &public,
+        ],
+    ));
+    let mut served = Served::start(
+        dir.path(),
+        port,
+        &["--otlp-endpoint", &receiver.url()],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    )
+    .await;
+    let trace = "5af7651916cd43dd8448eb211c80319c";
+    let r = client()
+        .post(&url)
+        .bearer_auth(&token)
+        .header("traceparent", format!("00-{trace}-b7ad6b7169203331-01"))
+        .body(tools_call(1, "t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let spans = receiver.trace(&unhex(trace), 4).await;
+    let root = one(&spans, "POST /c/{address}");
+    let refresh = one(&spans, "oauth.refresh");
+    assert_eq!(refresh.parent, root.span_id);
+    assert_eq!(refresh.kind, SpanKind::Client as i32);
+    assert_eq!(refresh.attributes["tessera.credential"], "saas");
+    assert!(!refresh.error);
+    assert_eq!(auth.token_requests(), 1);
+    for s in &spans {
+        for (k, v) in &s.attributes {
+            assert!(!v.contains(CLIENT_SECRET), "{}: {k}={v}", s.name);
+        }
+    }
+    served.signal("TERM");
+    served.read_to_end().await;
+}
