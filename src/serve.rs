@@ -55,11 +55,10 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Trace(#[from] crate::telemetry::trace::TraceError),
-    #[error("binding {addr}: {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
+    // The OS error is in the message, not the error's source: the binary
+    // prints the chain, which would say it twice.
+    #[error("binding {addr}: {error}")]
+    Bind { addr: String, error: std::io::Error },
     #[error("installing the SIGHUP handler: {0}")]
     Signal(std::io::Error),
     #[error("the audit trail could not be written within {ms} ms ({queued} records still queued): the database did not take them")]
@@ -159,9 +158,9 @@ pub async fn run(
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServeError::Bind {
+        .map_err(|error| ServeError::Bind {
             addr: addr.to_string(),
-            source,
+            error,
         })
 }
 
@@ -193,9 +192,9 @@ async fn shutdown_signal() {
 pub async fn bind_ops(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServeError::Bind {
+        .map_err(|error| ServeError::Bind {
             addr: format!("the ops listener {addr} (--ops-listen; off turns it off)"),
-            source,
+            error,
         })
 }
 
@@ -238,9 +237,9 @@ async fn serve_admin(
     }
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|source| ServeError::Bind {
+        .map_err(|error| ServeError::Bind {
             addr: format!("the admin listener {addr}"),
-            source,
+            error,
         })?;
     if let Ok(a) = listener.local_addr() {
         tracing::info!(admin_listen = %a, "admin API serving");

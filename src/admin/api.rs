@@ -1394,9 +1394,11 @@ async fn set_log_level(
     service::Admin::new(&s.store, &actor)
         .log_level(log, &body.level)
         .await?;
-    Ok(Json(LogLevel {
-        level: log_filter(&s)?.current(),
-    }))
+    let level = log_filter(&s)?.current();
+    // In the log as well as the admin trail: whoever reads the log sees
+    // why it grew or went quiet. At warn, so the usual filters keep it.
+    tracing::warn!(by = %actor, level = %level, "log level changed");
+    Ok(Json(LogLevel { level }))
 }
 
 /// Prometheus text format (the ops listener serves the same without a

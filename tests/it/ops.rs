@@ -236,6 +236,9 @@ async fn the_log_level_changes_while_serving() {
         String::from_utf8_lossy(&o.stdout).trim(),
         "log filter in force: debug"
     );
+    // The change is in the log too, naming who made it.
+    s.wait_for("log level changed").await;
+    assert!(s.log.contains("by=ops level=debug"), "{}", s.log);
     assert!(cli(d, &["caller", "add", "agent-x"]).status.success());
     s.wait_for("snapshot reloaded").await;
     let at_debug = reloads(&s.log);
