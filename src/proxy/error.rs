@@ -12,6 +12,13 @@ use serde_json::value::RawValue;
 
 use crate::proxy::response::body::{full, ProxyBody};
 use crate::telemetry::metrics::Reason;
+use crate::telemetry::traceparent::RequestId;
+
+/// The `_meta` key of the request id on a result tessera writes itself
+/// (a refused or held tool call). A prefix of tessera's own, in reverse DNS
+/// as MCP asks (2025-11-25 on), outside the prefixes MCP reserves (a second
+/// label `modelcontextprotocol` or `mcp`).
+pub const META_REQUEST_ID: &str = "io.tessera/request_id";
 
 /// Why tessera answered a request itself instead of forwarding it.
 #[derive(Debug, thiserror::Error)]
@@ -334,11 +341,17 @@ impl ProxyError {
     /// `result_type`: the caller speaks a revision (2026-07-28 on) whose
     /// results carry `resultType`, without which its SDK throws a result
     /// away unread (see [`crate::proxy::jsonrpc::results_carry_type`]).
+    ///
+    /// `request_id` is written where a client can read it and the model is
+    /// not asked to: `error.data.request_id` in an error, the result's
+    /// `_meta` ([`META_REQUEST_ID`]) in a tool result (its `content` is the
+    /// model's to read). The caller also gets it as `X-Request-Id`.
     pub fn into_response(
         self,
         id: Option<&RawValue>,
         redactor: Option<&crate::redact::Redactor>,
         result_type: bool,
+        request_id: &RequestId,
     ) -> Response<ProxyBody> {
         let body = match self {
             ProxyError::ToolDenied { .. }
@@ -347,6 +360,7 @@ impl ProxyError {
                 let mut result = serde_json::json!({
                     "content": [{ "type": "text", "text": self.to_string() }],
                     "isError": true,
+                    "_meta": { META_REQUEST_ID: request_id.as_str() },
                 });
                 if result_type {
                     result["resultType"] = "complete".into();
@@ -356,7 +370,11 @@ impl ProxyError {
             _ => serde_json::json!({
                 "jsonrpc": "2.0",
                 "id": id,
-                "error": { "code": self.code(), "message": self.to_string() },
+                "error": {
+                    "code": self.code(),
+                    "message": self.to_string(),
+                    "data": { "request_id": request_id.as_str() },
+                },
             }),
         };
         let body = body.to_string();
@@ -424,9 +442,34 @@ mod tests {
     #[test]
     fn response_carries_id_and_headers() {
         let id = RawValue::from_string("7".into()).unwrap();
-        let r = ProxyError::UnknownToken.into_response(Some(&id), None, false);
+        let rid = RequestId::for_request(None);
+        let r = ProxyError::UnknownToken.into_response(Some(&id), None, false, &rid);
         assert!(!r.headers().contains_key("www-authenticate"));
-        let r = ProxyError::MethodNotAllowed.into_response(None, None, false);
+        let r = ProxyError::MethodNotAllowed.into_response(None, None, false, &rid);
         assert_eq!(r.headers()["allow"], "POST, GET, DELETE");
+    }
+
+    async fn body_of(r: Response<ProxyBody>) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let b = r.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    /// An error carries the request id in `error.data`; a tool result in
+    /// its `_meta`, never in the text the model reads.
+    #[tokio::test]
+    async fn the_request_id_is_in_the_body_where_a_client_reads_it() {
+        let rid = RequestId::for_request(None);
+        let v = body_of(ProxyError::NotFound.into_response(None, None, false, &rid)).await;
+        assert_eq!(v["error"]["data"]["request_id"], rid.as_str());
+        let denied = ProxyError::ToolPredictedDenied {
+            tool: "t".into(),
+            connection: "c0ffee00".into(),
+        };
+        let v = body_of(denied.into_response(None, None, true, &rid)).await;
+        assert_eq!(v["result"]["_meta"][META_REQUEST_ID], rid.as_str());
+        assert_eq!(v["result"]["resultType"], "complete");
+        let text = v["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(!text.contains(rid.as_str()), "{text}");
     }
 }

@@ -52,11 +52,15 @@ use crate::state::State;
 use crate::store::model::{AuditRecord, CallKey};
 use crate::telemetry::metrics::Reason;
 use crate::telemetry::trace;
+use crate::telemetry::traceparent::{RequestId, X_REQUEST_ID};
 
 /// What the access log records of one request. Never a secret: the
 /// connection id is shortened, tokens and credential values never enter.
-#[derive(Default)]
 struct Access {
+    /// The request's id (`crate::telemetry::traceparent`): in the access
+    /// line, every audit row, `X-Request-Id` and a refusal's body. 32
+    /// bytes inline, copied rather than allocated.
+    request_id: RequestId,
     caller: Option<Arc<crate::model::Caller>>,
     // Short strings are kept inline (no allocation per request for the
     // usual method and tool names).
@@ -76,6 +80,24 @@ struct Access {
     /// travels on the GET stream, and the client reads only the status
     /// of this one.
     legacy: bool,
+}
+
+impl Access {
+    fn new(request_id: RequestId) -> Access {
+        Access {
+            request_id,
+            caller: None,
+            connection: None,
+            rpc_method: None,
+            tool: None,
+            reason: None,
+            id: None,
+            connection_id: None,
+            decisions: Vec::new(),
+            result_type: false,
+            legacy: false,
+        }
+    }
 }
 
 /// One decision, kept until the response status is known.
@@ -112,11 +134,14 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let method = req.method().clone();
-    let mut access = Access::default();
     // The request's span (with traces on) and id, continuing the caller's
-    // trace context; every span the stages start is its child.
-    let (_request_id, span) = trace::start_request(span_name(&method), req.headers());
-    let resp = match span.run(proxy(&state, req, peer, &mut access)).await {
+    // trace context; every span the stages start is its child. The id
+    // first, so that every answer carries it, refusals included: the
+    // caller's trace id when it sent a valid `traceparent` (its choice, so
+    // not unique across callers), else the new trace's.
+    let (request_id, span) = trace::start_request(span_name(&method), req.headers());
+    let mut access = Access::new(request_id);
+    let mut resp = match span.run(proxy(&state, req, peer, &mut access)).await {
         Ok(r) => r,
         Err(e) => {
             access.reason = Some(e.reason());
@@ -136,7 +161,12 @@ pub async fn handle(
                     .get(c)
                     .map(|c| c.upstream.redactor())
             });
-            let mut resp = e.into_response(id.as_deref(), redactor.as_deref(), access.result_type);
+            let mut resp = e.into_response(
+                id.as_deref(),
+                redactor.as_deref(),
+                access.result_type,
+                &access.request_id,
+            );
             // The 2024-11-05 client reads its answers on the GET stream and
             // drops a 2xx POST answer unread: a refusal written as a tool
             // result would never reach it, and its call would wait out
@@ -147,9 +177,14 @@ pub async fn handle(
             resp
         }
     };
+    // Inserted over whatever the upstream sent: one `X-Request-Id`, and
+    // it is tessera's (an upstream's own id would name another request).
+    resp.headers_mut()
+        .insert(X_REQUEST_ID, access.request_id.header_value());
     let elapsed = started.elapsed();
     tracing::info!(
         target: "tessera::access",
+        request_id = access.request_id.as_str(),
         caller = access.caller.as_ref().map(|c| c.name.as_str()),
         connection = access.connection.as_deref(),
         http_method = method.as_str(),

@@ -42,35 +42,72 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::telemetry::metrics::{Metrics, Outcome, Reason};
+use crate::telemetry::traceparent::RequestId;
 
-/// The two answers, built once per server.
+/// The answers, built once per server; each gets a fresh request id as it
+/// is sent ([`Answer::with_id`]).
 pub struct HeadAnswers {
-    timeout: Bytes,
-    framing: Bytes,
-    over_source: Bytes,
-    evicted: Bytes,
+    timeout: Answer,
+    framing: Answer,
+    over_source: Answer,
+    evicted: Answer,
     metrics: Arc<Metrics>,
 }
 
+/// A complete response that closes the connection, with a JSON-RPC body,
+/// and where its request id goes: the `X-Request-Id` header and
+/// `error.data.request_id`, as in the handler's refusals (no request was
+/// parsed, so the id is always minted).
+struct Answer {
+    bytes: Bytes,
+    /// The offsets of the id's 32 bytes in the header and in the body.
+    at: [usize; 2],
+}
+
+/// Stands for the id while an answer is built: no message holds it.
+const ID_SLOT: &str = "________________________________";
+
+impl Answer {
+    /// This answer with `id` written in (a copy of a few hundred bytes;
+    /// these answers are rare).
+    fn with_id(&self, id: &RequestId) -> Bytes {
+        let mut b = self.bytes.to_vec();
+        for at in self.at {
+            b[at..at + ID_SLOT.len()].copy_from_slice(id.as_str().as_bytes());
+        }
+        Bytes::from(b)
+    }
+}
+
 /// A complete response that closes the connection, with a JSON-RPC body.
-fn closing_response(status: &str, message: &str) -> Bytes {
+fn closing_response(status: &str, message: &str) -> Answer {
     closing_response_with(status, -32600, "", message)
 }
 
 /// The same, with a JSON-RPC `code` and `extra` header lines (each ending
 /// in CRLF).
-fn closing_response_with(status: &str, code: i32, extra: &str, message: &str) -> Bytes {
+fn closing_response_with(status: &str, code: i32, extra: &str, message: &str) -> Answer {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {"code": code, "message": message},
+        "error": {"code": code, "message": message, "data": {"request_id": ID_SLOT}},
     })
     .to_string();
-    Bytes::from(format!(
+    let text = format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n{extra}connection: close\r\n\r\n{body}",
+         content-length: {}\r\n{extra}x-request-id: {ID_SLOT}\r\nconnection: close\r\n\r\n{body}",
         body.len()
-    ))
+    );
+    let (head, body) = (text.find(ID_SLOT), text.rfind(ID_SLOT));
+    let at = [
+        head.expect("the id's header"),
+        body.expect("the id in the body"),
+    ];
+    assert_ne!(at[0], at[1], "the id has two places");
+    Answer {
+        bytes: Bytes::from(text),
+        at,
+    }
 }
 
 /// The JSON-RPC code of tessera's connection-limit answers.
@@ -125,13 +162,15 @@ impl HeadAnswers {
     }
 
     /// Writes `response` if the socket takes it at once, and counts it.
-    fn send(&self, io: &TcpStream, response: &Bytes, status: u16, reason: Reason, what: &str) {
+    fn send(&self, io: &TcpStream, response: &Answer, status: u16, reason: Reason, what: &str) {
+        let request_id = RequestId::for_request(None);
         // A few hundred bytes into a socket's send buffer: written at once
         // or not at all (the client may be gone), never waited for.
-        let _ = io.try_write(response);
+        let _ = io.try_write(&response.with_id(&request_id));
         self.metrics.request(Outcome::Refused, status, Some(reason));
         tracing::info!(
             target: "tessera::access",
+            request_id = request_id.as_str(),
             verdict = "refused",
             reason = reason.as_str(),
             status,
@@ -484,5 +523,27 @@ mod tests {
                 assert_eq!(scan.twice(), twice, "{what}");
             }
         }
+    }
+
+    /// Each answer carries its id in the header and in the body, and its
+    /// Content-Length still counts the body.
+    #[test]
+    fn an_answer_names_its_request_id_twice() {
+        let id = RequestId::for_request(None);
+        let a = closing_response_with("503 Service Unavailable", -32015, "retry-after: 1\r\n", "m");
+        let text = String::from_utf8(a.with_id(&id).to_vec()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("\r\nx-request-id: {id}\r\n")),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("content-length: {}\r\n", body.len())),
+            "{head}"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["data"]["request_id"], id.as_str());
+        assert_eq!(v["error"]["code"], -32015);
+        assert!(!text.contains(ID_SLOT));
     }
 }

@@ -64,6 +64,10 @@ impl TraceParent {
     }
 }
 
+/// The response header that names the request's id, on every answer of
+/// the data plane.
+pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
 /// A request's id: 32 lowercase hex digits, the W3C trace id's form, so
 /// that a trace, an access line and an audit row join on one value.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -108,6 +112,11 @@ impl RequestId {
 
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("a request id is ASCII by construction")
+    }
+
+    /// The id as a header value (its 32 bytes copied; no formatting).
+    pub fn header_value(&self) -> http::HeaderValue {
+        http::HeaderValue::from_bytes(&self.0).expect("a request id is hex by construction")
     }
 }
 
