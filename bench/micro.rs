@@ -324,6 +324,7 @@ fn audit_batch(c: &mut Criterion) {
             arguments: None,
             status: 200,
             duration_us: 180,
+            request_id: Some(format!("{i:032x}")),
         })
         .collect();
     // One sink, as the audit writer keeps one (on SQLite its thread and

@@ -1204,6 +1204,9 @@ pub struct AuditParams {
     /// Page size (1–1000, default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// Only the records of this request (its `X-Request-Id`: 32 hex
+    /// digits).
+    request_id: Option<String>,
 }
 
 /// A page of the decision trail.
@@ -1233,6 +1236,7 @@ async fn query_audit(
         since: p.since_ms,
         after_id: p.after_id,
         limit: page_size(p.limit)?,
+        request_id: p.request_id,
         ..AuditQuery::default()
     };
     let records = s.store.audit(&q).await.map_err(AdminError::from)?;

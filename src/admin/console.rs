@@ -562,13 +562,14 @@ fn decisions_table<'a>(
 ) {
     b.push_str(
         "<table id=audit><tr><th>Time</th><th>Caller</th><th>Connection</th>\
-         <th>Method</th><th>Tool</th><th>Verdict</th><th>Status</th><th>Reason</th></tr>",
+         <th>Method</th><th>Tool</th><th>Verdict</th><th>Status</th><th>Reason</th>\
+         <th>Request</th></tr>",
     );
     for r in records {
         let _ = write!(
             b,
             "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>\
-             <td class=\"v-{}\">{}</td><td>{}</td><td>{}</td></tr>",
+             <td class=\"v-{}\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
             time(r.at),
             esc(&r.caller),
             esc(&r.connection.chars().take(8).collect::<String>()),
@@ -578,6 +579,7 @@ fn decisions_table<'a>(
             esc(&r.verdict),
             r.status,
             esc(r.reason.as_deref().unwrap_or("-")),
+            esc(r.request_id.as_deref().unwrap_or("-")),
         );
     }
     b.push_str("</table>");

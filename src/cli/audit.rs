@@ -14,8 +14,9 @@ pub(crate) async fn audit(
 ) -> Result<()> {
     if !json {
         out!(
-            "{:<27} {:<16} {:<8} {:<6} {:<26} {:<20} {:<7} {:<6} REASON",
+            "{:<27} {:<32} {:<16} {:<8} {:<6} {:<26} {:<20} {:<7} {:<6} REASON",
             "TIME",
+            "REQUEST",
             "CALLER",
             "CONN",
             "HTTP",
@@ -37,8 +38,11 @@ pub(crate) async fn audit(
                     tessera::telemetry::log::printable(s.unwrap_or("-")).into_owned()
                 };
                 out!(
-                    "{:<27} {:<16} {:<8} {:<6} {:<26} {:<20} {:<7} {:<6} {}",
+                    "{:<27} {:<32} {:<16} {:<8} {:<6} {:<26} {:<20} {:<7} {:<6} {}",
                     tessera::telemetry::log::rfc3339(at),
+                    // Written by tessera (hex) or read from an old row:
+                    // printable either way.
+                    p(r.request_id.as_deref()),
                     r.caller,
                     r.connection.chars().take(8).collect::<String>(),
                     r.http_method,

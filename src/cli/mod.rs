@@ -198,6 +198,11 @@ pub(crate) enum Cmd {
         /// Keep printing new records as they are written.
         #[arg(long)]
         follow: bool,
+        /// Only one request's records: the id in its answer's
+        /// X-Request-Id and its access line (the caller's trace id when it
+        /// sent a traceparent).
+        #[arg(long)]
+        request_id: Option<String>,
     },
 }
 
@@ -450,6 +455,7 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
             since,
             limit,
             follow,
+            request_id,
         } => {
             let since = match since {
                 None => None,
@@ -472,6 +478,7 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
                 }),
                 after_id: None,
                 limit: limit.max(1),
+                request_id,
                 ..Default::default()
             };
             audit(&store, q, at.json, follow).await

@@ -303,6 +303,7 @@ async fn audit(
                 arguments: d.arguments,
                 status,
                 duration_us,
+                request_id: Some(access.request_id.as_str().to_string()),
             })
             .await;
     }

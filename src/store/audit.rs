@@ -8,7 +8,11 @@ use tokio::sync::oneshot;
 
 use super::*;
 
-/// The most audit rows one insert statement carries (12 parameters each).
+/// The columns of an audit row an insert binds.
+const COLUMNS: usize = 13;
+
+/// The most audit rows one insert statement carries ([`COLUMNS`]
+/// parameters each).
 /// One statement holds a core for its whole run (on SQLite, the audit
 /// writer's thread, which may share the proxy's core): at about 3 µs of CPU per row,
 /// 64 rows hold it about 0.2 ms, where 256 held it about 0.8 ms (issue 27:
@@ -21,10 +25,9 @@ const AUDIT_CHUNK_MAX: usize = 64;
 /// plain `?`: it looks each `$N` up by name in a list, which made a batch
 /// of 512 rows (6,144 parameters) cost 127 µs per row instead of 8 µs.
 fn audit_insert_text(backend: Backend, rows: usize) -> String {
-    const COLUMNS: usize = 12;
     let mut sql = String::from(
         "INSERT INTO audit (at, caller, connection, http_method, rpc_method, tool, verdict, \
-         reason, arguments_sha256, arguments, status, duration_us) VALUES ",
+         reason, arguments_sha256, arguments, status, duration_us, request_id) VALUES ",
     );
     let mut n = itoa::Buffer::new();
     for i in 0..rows {
@@ -108,34 +111,50 @@ impl Store {
         // texts, so each walks the primary key in its own direction and
         // stops at the limit (one text ordered by `id * ±1` made both
         // databases sort every matching row for each page).
+        // A request id narrows to its own rows through its index (a text
+        // of its own: `$8 IS NULL OR request_id = $8` would walk the
+        // primary key instead).
         macro_rules! matching {
-            () => {
-                "SELECT * FROM audit \
-                 WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
-                   AND ($3 IS NULL OR at >= $3) AND id > $4 AND id < $6 \
-                   AND ($7 = 0 OR rpc_method IS NULL \
-                        OR (rpc_method <> 'initialize' AND rpc_method NOT LIKE 'notifications/%'))"
+            ($and:literal) => {
+                concat!(
+                    "SELECT * FROM audit \
+                     WHERE ($1 IS NULL OR caller = $1) AND ($2 IS NULL OR connection = $2) \
+                       AND ($3 IS NULL OR at >= $3) AND id > $4 AND id < $6 \
+                       AND ($7 = 0 OR rpc_method IS NULL \
+                            OR (rpc_method <> 'initialize' AND rpc_method NOT LIKE 'notifications/%'))",
+                    $and
+                )
             };
         }
-        let sql = match q.after_id {
-            Some(_) => concat!(matching!(), " ORDER BY id LIMIT $5"),
-            None => concat!(
-                "SELECT * FROM (",
-                matching!(),
-                " ORDER BY id DESC LIMIT $5) AS newest ORDER BY id"
-            ),
+        macro_rules! texts {
+            ($and:literal) => {
+                match q.after_id {
+                    Some(_) => concat!(matching!($and), " ORDER BY id LIMIT $5"),
+                    None => concat!(
+                        "SELECT * FROM (",
+                        matching!($and),
+                        " ORDER BY id DESC LIMIT $5) AS newest ORDER BY id"
+                    ),
+                }
+            };
+        }
+        let sql = match q.request_id {
+            Some(_) => texts!(" AND request_id = $8"),
+            None => texts!(""),
         };
         Ok(on!(&self.db, p => {
-            sqlx::query_as(sql)
+            let mut query = sqlx::query_as(sql)
                 .bind(&q.caller)
                 .bind(&q.connection)
                 .bind(q.since)
                 .bind(q.after_id.unwrap_or(0))
                 .bind(q.limit)
                 .bind(q.before_id.unwrap_or(i64::MAX))
-                .bind(i64::from(q.quiet))
-                .fetch_all(p)
-                .await?
+                .bind(i64::from(q.quiet));
+            if let Some(r) = &q.request_id {
+                query = query.bind(r);
+            }
+            query.fetch_all(p).await?
         }))
     }
 }
@@ -177,7 +196,8 @@ impl AuditSink {
                     .bind(&r.arguments_sha256)
                     .bind(&r.arguments)
                     .bind(i64::from(r.status))
-                    .bind(r.duration_us);
+                    .bind(r.duration_us)
+                    .bind(&r.request_id);
             }
             q.execute(&mut *tx).await?;
         }
@@ -281,7 +301,7 @@ fn insert(c: &mut Connection, rows: &[AuditRecord]) -> Result<(), StoreError> {
     for chunk in chunks(rows) {
         let mut st = tx.prepare_cached(audit_insert_sql(Backend::Sqlite, chunk.len()))?;
         for (i, r) in chunk.iter().enumerate() {
-            let at = |c: usize| i * 12 + c;
+            let at = |c: usize| i * COLUMNS + c;
             st.raw_bind_parameter(at(1), r.at)?;
             st.raw_bind_parameter(at(2), &r.caller)?;
             st.raw_bind_parameter(at(3), &r.connection)?;
@@ -294,6 +314,7 @@ fn insert(c: &mut Connection, rows: &[AuditRecord]) -> Result<(), StoreError> {
             st.raw_bind_parameter(at(10), &r.arguments)?;
             st.raw_bind_parameter(at(11), i64::from(r.status))?;
             st.raw_bind_parameter(at(12), r.duration_us)?;
+            st.raw_bind_parameter(at(13), &r.request_id)?;
         }
         st.raw_execute()?;
     }
@@ -328,6 +349,7 @@ mod tests {
             arguments: None,
             status: 200,
             duration_us: 1,
+            request_id: Some(format!("{i:032x}")),
         }
     }
 

@@ -336,6 +336,11 @@ pub struct AuditRecord {
     #[sqlx(try_from = "i64")]
     pub status: u16,
     pub duration_us: i64,
+    /// The request's id (32 hex digits): its access line's and its
+    /// answer's `X-Request-Id`. The caller's trace id when it sent a
+    /// `traceparent`, so two callers may send the same one. `None`:
+    /// recorded before request ids.
+    pub request_id: Option<String>,
 }
 
 /// Which records `tessera audit` shows.
@@ -352,6 +357,8 @@ pub struct AuditQuery {
     /// Leave out the protocol's chatter: `initialize` and
     /// `notifications/*` (the console's default view).
     pub quiet: bool,
+    /// Only the records of this request id.
+    pub request_id: Option<String>,
     pub limit: i64,
 }
 

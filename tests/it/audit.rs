@@ -217,6 +217,7 @@ fn record(i: i64) -> tessera::store::model::AuditRecord {
         arguments: (i % 5 == 0).then(|| format!("{{\"n\":{i}}}")),
         status: 200 + (i % 7) as u16,
         duration_us: i,
+        request_id: (i % 4 != 0).then(|| format!("{i:032x}")),
     }
 }
 
