@@ -63,6 +63,8 @@ mod redaction;
 mod refusals;
 #[path = "it/replicas.rs"]
 mod replicas;
+#[path = "it/request_id.rs"]
+mod request_id;
 #[path = "it/rmcp_peers.rs"]
 mod rmcp_peers;
 #[path = "it/shutdown.rs"]

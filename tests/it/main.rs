@@ -29,6 +29,7 @@ mod policies;
 mod pool;
 mod redaction;
 mod refusals;
+mod request_id;
 mod rmcp_peers;
 mod shutdown;
 mod sse;

@@ -1231,6 +1231,17 @@ fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
     })
 }
 
+/// Every line logged so far, by any test's data plane, that holds
+/// `needle`.
+pub fn log_lines_with(needle: &str) -> Vec<String> {
+    let logs = logs().lock().unwrap();
+    String::from_utf8_lossy(&logs)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
 /// No line logged so far, by any test's data plane, holds one of these
 /// (the suite's canary secret always among them).
 pub fn assert_logs_lack(needles: &[&str]) {
