@@ -76,6 +76,12 @@ async fn refusals_never_reach_the_upstream() {
             .unwrap(),
     )
     .await;
+    // Each names its own request id (per request, not per address).
+    let (mut v1, mut v2) = (v1, v2);
+    for v in [&mut v1, &mut v2] {
+        let data = v["error"]["data"].as_object_mut().unwrap();
+        assert!(data.remove("request_id").is_some(), "{data:?}");
+    }
     assert_eq!((s1, &v1), (404, &v2));
     assert_eq!(s2, 404);
 
