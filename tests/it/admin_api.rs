@@ -155,8 +155,9 @@ async fn the_api_manages_what_the_cli_does_and_records_who_acted() {
         token: caller_token,
         url,
     };
-    let (s, _) = post_json(&agent, tools_call(1, "search")).await;
+    let (s, h, _) = post_json_headers(&agent, tools_call(1, "search")).await;
     assert_eq!(s, 200);
+    let request_id = h["x-request-id"].to_str().unwrap().to_string();
     let seen = up.seen();
     assert_eq!(
         seen[0].headers["authorization"],
@@ -186,6 +187,14 @@ async fn the_api_manages_what_the_cli_does_and_records_who_acted() {
     )
     .await;
     assert_eq!(first["records"][0]["id"], records[0]["id"]);
+    // And found by its request id (the answer's X-Request-Id).
+    let by_id = |id: String| call(M::GET, format!("{api}/v1/audit?request_id={id}"), t, None);
+    let (s, found) = by_id(request_id.clone()).await;
+    assert_eq!(s, 200, "{found}");
+    assert_eq!(found["records"][0]["id"], records[0]["id"], "{found}");
+    assert_eq!(found["records"][0]["request_id"], request_id.as_str());
+    let (_, none) = by_id("0".repeat(32)).await;
+    assert_eq!(none["records"], json!([]));
 
     // Revoking through the API stops the agent.
     let (s, _) = call(M::DELETE, format!("{api}/v1/callers/agent"), t, None).await;
