@@ -75,6 +75,8 @@ mod sse;
 mod support;
 #[path = "it/tool_list.rs"]
 mod tool_list;
+#[path = "it/traces.rs"]
+mod traces;
 #[path = "it/upstream_faults.rs"]
 mod upstream_faults;
 

@@ -223,6 +223,8 @@ async fn a_tool_call_is_one_trace_and_the_upstream_is_told_tesseras_span() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // The request id is the trace's id.
+    assert_eq!(r.headers()["x-request-id"], caller_trace);
     let _ = r.bytes().await.unwrap();
 
     let spans = receiver.trace(&unhex(caller_trace), 3).await;
@@ -286,6 +288,7 @@ async fn a_tool_call_is_one_trace_and_the_upstream_is_told_tesseras_span() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    let minted = r.headers()["x-request-id"].to_str().unwrap().to_string();
     let _ = r.bytes().await.unwrap();
     let seen = upstream.seen();
     let told = seen.last().unwrap().headers["traceparent"]
@@ -294,6 +297,8 @@ async fn a_tool_call_is_one_trace_and_the_upstream_is_told_tesseras_span() {
         .to_string();
     let trace_id = unhex(&told[3..35]);
     assert_ne!(hex(&trace_id), caller_trace);
+    // A minted request id is the new trace's id.
+    assert_eq!(minted, hex(&trace_id));
     let spans = receiver.trace(&trace_id, 3).await;
     let root = one(&spans, "POST /c/{address}");
     assert!(root.parent.is_empty(), "a new trace's root has no parent");
