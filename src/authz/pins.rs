@@ -164,7 +164,7 @@ pub struct Pin {
 }
 
 /// One credential's pins.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct CredentialPins {
     pub tools: HashMap<String, Pin>,
     /// The folded names of the tools not pinned: a call whose name folds
@@ -232,6 +232,10 @@ pub struct PinBook {
     queue: tokio::sync::mpsc::Sender<Observed>,
     /// (credential, tool) → the digest last seen held by this process.
     overlay: Mutex<HashMap<(String, String), String>>,
+    /// The pins this process took on first use that the snapshot does not
+    /// hold yet: a second answer before the reload is held to them, not
+    /// trusted on first use again.
+    baselines: Mutex<HashMap<String, CredentialPins>>,
 }
 
 impl PinBook {
@@ -254,6 +258,7 @@ impl PinBook {
             mode,
             queue,
             overlay: Mutex::new(HashMap::new()),
+            baselines: Mutex::new(HashMap::new()),
         })
     }
 
@@ -264,6 +269,7 @@ impl PinBook {
             mode: PinMode::Off,
             queue,
             overlay: Mutex::new(HashMap::new()),
+            baselines: Mutex::new(HashMap::new()),
         })
     }
 
@@ -285,8 +291,29 @@ impl PinBook {
         if self.mode == PinMode::Off {
             return vec![true; tools.len()];
         }
-        let pins = table.credentials.get(credential);
-        let baseline = self.mode == PinMode::Tofu && pins.is_none_or(|p| p.tools.is_empty());
+        let pending;
+        let snapshot = table
+            .credentials
+            .get(credential)
+            .filter(|p| !p.tools.is_empty());
+        let pins = match snapshot {
+            Some(p) => {
+                let mut b = self.baselines.lock().expect("the baselines lock");
+                if !b.is_empty() {
+                    b.remove(credential);
+                }
+                Some(p)
+            }
+            None => {
+                pending = self.pending_baseline(credential);
+                pending.as_ref()
+            }
+        };
+        let baseline = self.mode == PinMode::Tofu && pins.is_none();
+        // Until the snapshot holds the pins, answers are offered as a
+        // baseline again (the store pins only while it has none): a
+        // failed write is retried by the next answer.
+        let offer_baseline = self.mode == PinMode::Tofu && snapshot.is_none();
         let digests: Vec<Option<(&str, String, &String)>> = tools
             .iter()
             .map(|t| match t {
@@ -340,7 +367,10 @@ impl PinBook {
                     listed(pin, d)
                 };
                 let key = (credential.to_string(), name.to_string());
-                let recorded = pin.and_then(|p| p.offered_digest.as_deref()) == Some(d.as_str());
+                let recorded = snapshot
+                    .and_then(|p| p.tools.get(*name))
+                    .and_then(|p| p.offered_digest.as_deref())
+                    == Some(d.as_str());
                 match listed {
                     Listed::Visible => {
                         overlay.remove(&key);
@@ -362,12 +392,29 @@ impl PinBook {
             })
             .collect();
         drop(overlay);
+        if baseline && !offers.is_empty() {
+            let mut b = self.baselines.lock().expect("the baselines lock");
+            if b.len() < OVERLAY_MAX {
+                let mut pins = CredentialPins::default();
+                for o in &offers {
+                    pins.tools.insert(
+                        o.tool.clone(),
+                        Pin {
+                            status: PinStatus::Pinned,
+                            pinned_digest: Some(o.digest.clone()),
+                            offered_digest: Some(o.digest.clone()),
+                        },
+                    );
+                }
+                b.insert(credential.to_string(), pins);
+            }
+        }
         if !offers.is_empty() {
             // Full: dropped; the next answer that shows them offers them again.
             let _ = self.queue.try_send(Observed {
                 credential: credential.to_string(),
                 tools: offers,
-                baseline,
+                baseline: offer_baseline,
             });
         }
         verdicts
@@ -383,10 +430,18 @@ impl PinBook {
         credential: &str,
         tool: &str,
     ) -> Option<PinStatus> {
-        let pins = table
+        let pending;
+        let pins = match table
             .credentials
             .get(credential)
-            .filter(|p| !p.tools.is_empty());
+            .filter(|p| !p.tools.is_empty())
+        {
+            Some(p) => Some(p),
+            None => {
+                pending = self.pending_baseline(credential);
+                pending.as_ref()
+            }
+        };
         let Some(pins) = pins else {
             return match self.mode {
                 // Nothing listed yet: nothing to hold it to.
@@ -411,6 +466,18 @@ impl PinBook {
             Some(d) if pin.pinned_digest.as_deref() != Some(d.as_str()) => Some(PinStatus::Changed),
             _ => None,
         }
+    }
+}
+
+impl PinBook {
+    /// The pins this process took on first use for `credential`, while
+    /// the snapshot does not hold them yet.
+    fn pending_baseline(&self, credential: &str) -> Option<CredentialPins> {
+        let b = self.baselines.lock().expect("the baselines lock");
+        if b.is_empty() {
+            return None;
+        }
+        b.get(credential).cloned()
     }
 }
 
@@ -560,6 +627,7 @@ mod tests {
             mode,
             queue,
             overlay: Mutex::new(HashMap::new()),
+            baselines: Mutex::new(HashMap::new()),
         }
     }
 
@@ -613,6 +681,25 @@ mod tests {
         let same = json!([{"name":"s","description":"d"},{"name":"s","description":"d"}]);
         let tools = same.as_array().unwrap();
         assert_eq!(b.list(&t, "gh", &r, &read_tools(tools)), [true, true]);
+    }
+
+    #[test]
+    fn a_second_answer_before_the_reload_is_held_to_the_first() {
+        let t = PinTable::default();
+        let r = crate::redact::Redactor::new([]);
+        let b = book(PinMode::Tofu);
+        let first = json!([{"name":"s","description":"d"}]);
+        assert_eq!(
+            b.list(&t, "gh", &r, &read_tools(first.as_array().unwrap())),
+            [true]
+        );
+        let changed = json!([{"name":"s","description":"evil"},{"name":"n"}]);
+        assert_eq!(
+            b.list(&t, "gh", &r, &read_tools(changed.as_array().unwrap())),
+            [false, false]
+        );
+        assert_eq!(b.refuses_call(&t, "gh", "s"), Some(PinStatus::Changed));
+        assert_eq!(b.refuses_call(&t, "gh", "n"), Some(PinStatus::New));
     }
 
     #[test]

@@ -152,14 +152,14 @@ impl Store {
         let (select, update) = match tool {
             Some(_) => (
                 "SELECT tool FROM tool_pins WHERE credential = $1 AND tool = $2 \
-                 AND offered_digest IS NOT NULL AND status <> 'pinned'",
+                 AND offered_digest IS NOT NULL AND status <> 'pinned' ORDER BY tool",
                 "UPDATE tool_pins SET status = 'pinned', pinned_digest = offered_digest, \
                  pinned_definition = offered_definition WHERE credential = $1 AND tool = $2 \
                  AND offered_digest IS NOT NULL AND status <> 'pinned'",
             ),
             None => (
                 "SELECT tool FROM tool_pins WHERE credential = $1 AND (tool = $2 OR $2 = '') \
-                 AND offered_digest IS NOT NULL AND status IN ('changed', 'new')",
+                 AND offered_digest IS NOT NULL AND status IN ('changed', 'new') ORDER BY tool",
                 "UPDATE tool_pins SET status = 'pinned', pinned_digest = offered_digest, \
                  pinned_definition = offered_definition WHERE credential = $1 AND (tool = $2 OR $2 = '') \
                  AND offered_digest IS NOT NULL AND status IN ('changed', 'new')",
@@ -178,7 +178,7 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         let (select, update) = match tool {
             Some(_) => (
-                "SELECT tool FROM tool_pins WHERE credential = $1 AND tool = $2 AND status <> 'rejected'",
+                "SELECT tool FROM tool_pins WHERE credential = $1 AND tool = $2 AND status <> 'rejected' ORDER BY tool",
                 // A pinned tool rejected loses its pin: offered again as
                 // it was, it stays hidden.
                 "UPDATE tool_pins SET status = 'rejected', \
@@ -188,7 +188,7 @@ impl Store {
             ),
             None => (
                 "SELECT tool FROM tool_pins WHERE credential = $1 AND (tool = $2 OR $2 = '') \
-                 AND status IN ('changed', 'new')",
+                 AND status IN ('changed', 'new') ORDER BY tool",
                 "UPDATE tool_pins SET status = 'rejected' WHERE credential = $1 AND (tool = $2 OR $2 = '') \
                  AND status IN ('changed', 'new')",
             ),

@@ -479,13 +479,15 @@ async fn a_tool_change_one_replica_sees_is_held_by_every_replica() {
     // A sees the change; B refuses the call without having listed it.
     up.set(&list_of(&[POISONED, READ]));
     assert_eq!(listed(&a).await, ["read_file"]);
+    // (Calls that B answered before the change reached it ran.)
     within(Duration::from_secs(1), || async {
         call(&b, "search").await["result"]["isError"] == true
     })
     .await;
+    let ran = up.calls().len();
     let text = refusal(&call(&b, "search").await);
     assert!(text.contains("definition changed"), "{text}");
-    assert_eq!(up.calls(), ["search"]);
+    assert_eq!(up.calls().len(), ran);
 
     // Accepted once, served by both.
     let o = tessera(d)
