@@ -236,7 +236,17 @@ pub struct PinBook {
     /// hold yet: a second answer before the reload is held to them, not
     /// trusted on first use again.
     baselines: Mutex<HashMap<String, CredentialPins>>,
+    /// When each credential's changes were last queued: a server that
+    /// changes its tools on every answer costs at most one write (and one
+    /// snapshot reload on every replica) per [`WRITE_EVERY`].
+    written: Mutex<HashMap<String, std::time::Instant>>,
 }
+
+/// The shortest time between two recorded changes of one credential's
+/// tools by one process (trust on first use is never delayed). A change
+/// not queued is still held here at once; it is recorded by the first
+/// answer that shows it after the pause.
+const WRITE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl PinBook {
     /// Start the task that records answers in `store`.
@@ -259,6 +269,7 @@ impl PinBook {
             queue,
             overlay: Mutex::new(HashMap::new()),
             baselines: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         })
     }
 
@@ -270,6 +281,7 @@ impl PinBook {
             queue,
             overlay: Mutex::new(HashMap::new()),
             baselines: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         })
     }
 
@@ -407,6 +419,21 @@ impl PinBook {
                     );
                 }
                 b.insert(credential.to_string(), pins);
+            }
+        }
+        if !offers.is_empty() && !offer_baseline {
+            let now = std::time::Instant::now();
+            let mut w = self.written.lock().expect("the write times lock");
+            match w.get(credential) {
+                Some(t) if now.duration_since(*t) < WRITE_EVERY => offers.clear(),
+                _ => {
+                    if w.len() >= OVERLAY_MAX {
+                        w.retain(|_, t| now.duration_since(*t) < WRITE_EVERY);
+                    }
+                    if w.len() < OVERLAY_MAX {
+                        w.insert(credential.to_string(), now);
+                    }
+                }
             }
         }
         if !offers.is_empty() {
@@ -622,13 +649,40 @@ mod tests {
     }
 
     fn book(mode: PinMode) -> PinBook {
-        let (queue, _rx) = tokio::sync::mpsc::channel(QUEUE);
-        PinBook {
-            mode,
-            queue,
-            overlay: Mutex::new(HashMap::new()),
-            baselines: Mutex::new(HashMap::new()),
+        book_with(mode).0
+    }
+
+    fn book_with(mode: PinMode) -> (PinBook, tokio::sync::mpsc::Receiver<Observed>) {
+        let (queue, rx) = tokio::sync::mpsc::channel(QUEUE);
+        (
+            PinBook {
+                mode,
+                queue,
+                overlay: Mutex::new(HashMap::new()),
+                baselines: Mutex::new(HashMap::new()),
+                written: Mutex::new(HashMap::new()),
+            },
+            rx,
+        )
+    }
+
+    #[test]
+    fn a_server_changing_on_every_answer_is_written_once_a_second() {
+        let d = digest(&def(r#"{"name":"s","description":"d"}"#).unwrap());
+        let t = table(&[("s", "pinned", Some(&d), Some(&d))]);
+        let r = crate::redact::Redactor::new([]);
+        let (b, mut rx) = book_with(PinMode::Tofu);
+        for i in 0..5 {
+            let changed = json!([{"name": "s", "description": format!("evil {i}")}]);
+            assert_eq!(
+                b.list(&t, "gh", &r, &read_tools(changed.as_array().unwrap())),
+                [false]
+            );
         }
+        assert!(rx.try_recv().is_ok());
+        assert!(rx.try_recv().is_err());
+        // Every change is still held, written or not.
+        assert_eq!(b.refuses_call(&t, "gh", "s"), Some(PinStatus::Changed));
     }
 
     #[test]
