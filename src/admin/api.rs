@@ -1108,7 +1108,7 @@ use crate::admin::tool_pins::{self, ToolDiff, ToolView};
 /// upstream offers another definition than the one pinned), `new` (not
 /// pinned yet) or `rejected` (kept hidden), with first and last seen.
 #[utoipa::path(get, path = "/v1/credentials/{name}/tools", tag = "tools", params(NamePath),
-    responses((status = 200, body = Vec<ToolView>), (status = 401, body = ApiError)))]
+    responses((status = 200, body = Vec<ToolView>), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn list_tools(
     AxState(s): AxState<Arc<State>>,
     Path(name): Path<String>,

@@ -3,7 +3,7 @@
 //! and offered definitions, and accepting or rejecting what is offered.
 //! The CLI (`tessera tool`), the admin API and the console share these.
 
-use crate::admin::service::{Action, Admin, AdminError};
+use crate::admin::service::{check_name, Action, Admin, AdminError};
 use crate::store::model::ToolPinRow;
 use crate::store::Store;
 
@@ -36,6 +36,7 @@ impl From<ToolPinRow> for ToolView {
 
 /// `credential`'s tools, by name.
 pub async fn tools(store: &Store, credential: &str) -> Result<Vec<ToolView>, AdminError> {
+    check_name(credential)?;
     Ok(store
         .tool_pins_of(credential)
         .await?
@@ -63,6 +64,7 @@ pub async fn tool_diff(
     credential: &str,
     tool: &str,
 ) -> Result<ToolDiff, AdminError> {
+    check_name(credential)?;
     let row = store
         .tool_pins_of(credential)
         .await?
@@ -128,6 +130,7 @@ impl Admin<'_> {
         credential: &str,
         tool: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
+        check_name(credential)?;
         let target = format!("{credential}/{}", tool.unwrap_or("*"));
         self.record(Action::ToolAccept, &target, async |s| {
             Ok(s.accept_tools(credential, tool).await?)
@@ -142,6 +145,7 @@ impl Admin<'_> {
         credential: &str,
         tool: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
+        check_name(credential)?;
         let target = format!("{credential}/{}", tool.unwrap_or("*"));
         self.record(Action::ToolReject, &target, async |s| {
             Ok(s.reject_tools(credential, tool).await?)
