@@ -85,6 +85,7 @@ fn snapshot() -> Snapshot {
         callers,
         connections,
         entities,
+        pins: Default::default(),
     }
 }
 

@@ -55,6 +55,8 @@ pub enum ConfigError {
     NoPlatformRoots(String),
     #[error("--upstream-ca-file {0}: {1}")]
     CaFile(String, String),
+    #[error("--pin-tools {0:?}: use off (no pinning), tofu (the first tools/list answer of a credential pins its tools) or strict (an admin accepts every tool)")]
+    PinTools(String),
     #[error("--forwarded {0:?}: use off (tessera says nothing of the caller) or set (tessera sets Forwarded and X-Forwarded-For)")]
     Forwarded(String),
     /// The costs' thresholds cross, or a cost is not a positive number
@@ -104,6 +106,7 @@ pub const DEFAULT_REFRESH_MS: u64 = 250;
 pub const DEFAULT_TOKEN_MARGIN_S: u64 = 60;
 pub const DEFAULT_TOKEN_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_FORWARDED: &str = "off";
+pub const DEFAULT_PIN_TOOLS: &str = "tofu";
 pub const DEFAULT_UPSTREAM_ROOTS: &str = "webpki";
 pub const DEFAULT_AUTHORIZER_FAILURE: &str = "deny";
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
@@ -184,12 +187,26 @@ pub struct ServeConfig {
     pub approval_webhook: Option<Url>,
     /// The largest `tools/list` answer tessera parses to filter (502 above).
     pub tools_list_max_bytes: usize,
+    /// Tool pinning (`--pin-tools`; see [`crate::authz::pins`]).
+    pub pin_tools: PinMode,
     /// An OAuth token is refreshed when it expires within this.
     pub token_margin: Duration,
     /// The whole token request, connect to answer.
     pub token_timeout: Duration,
     /// Approvals that learn: costs, deadline, predictor, forgetting.
     pub predict: PredictSettings,
+}
+
+/// Tool pinning (`--pin-tools`; see [`crate::authz::pins`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinMode {
+    /// Tools are listed and called as the upstream offers them.
+    Off,
+    /// Trust on first use: a credential's first tools/list answer pins
+    /// its tools; later changes and additions wait for an admin.
+    Tofu,
+    /// Every tool waits for an admin.
+    Strict,
 }
 
 /// The serve settings as given (flag > environment > settings file >
@@ -342,6 +359,12 @@ pub struct RawServe {
     /// The largest tools/list answer tessera reads to filter it (502 above).
     #[arg(long, env = "TESSERA_TOOLS_LIST_MAX_BYTES", default_value_t = DEFAULT_TOOLS_LIST_MAX_BYTES)]
     pub tools_list_max_bytes: usize,
+    /// Tool pinning: off; tofu (the first tools/list answer seen for a
+    /// credential pins its tools, and a tool changed or added later is
+    /// hidden and its calls refused until an admin accepts it); or strict
+    /// (every tool waits for an admin: `tessera tool accept`).
+    #[arg(long, env = "TESSERA_PIN_TOOLS", default_value = DEFAULT_PIN_TOOLS, value_parser = ["off", "tofu", "strict"])]
+    pub pin_tools: String,
     /// Refresh an OAuth token when it expires within this many seconds.
     #[arg(long, env = "TESSERA_TOKEN_MARGIN_S", default_value_t = DEFAULT_TOKEN_MARGIN_S)]
     pub token_margin_s: u64,
@@ -600,6 +623,12 @@ pub fn parse_serve(raw: RawServe) -> Result<ServeConfig, ConfigError> {
             ),
         },
         tools_list_max_bytes: raw.tools_list_max_bytes,
+        pin_tools: match raw.pin_tools.as_str() {
+            "off" => PinMode::Off,
+            "tofu" => PinMode::Tofu,
+            "strict" => PinMode::Strict,
+            other => return Err(ConfigError::PinTools(other.to_string())),
+        },
         token_margin: Duration::from_secs(raw.token_margin_s),
         token_timeout: ms(raw.token_timeout_ms, "--token-timeout-ms")?,
         predict: predict_settings(&raw.predict)?,
@@ -838,6 +867,7 @@ impl RawServe {
             approval_wait_ms: 0,
             approval_webhook: None,
             tools_list_max_bytes: DEFAULT_TOOLS_LIST_MAX_BYTES,
+            pin_tools: DEFAULT_PIN_TOOLS.into(),
             token_margin_s: DEFAULT_TOKEN_MARGIN_S,
             token_timeout_ms: DEFAULT_TOKEN_TIMEOUT_MS,
             predict: PredictArgs::default(),

@@ -16,7 +16,8 @@
 //!   [`proxy::route`] (method and address) → [`proxy::origin`] (Host and
 //!   Origin, DNS rebinding) → [`proxy::authn`] (the caller's token) →
 //!   limits → [`proxy::body`] and [`proxy::jsonrpc`] (a bounded peek at
-//!   method and tool) → authorize ([`authz`]) → [`proxy::forward`] (strip,
+//!   method and tool) → tool pinning ([`authz::pins`]) → authorize
+//!   ([`authz`]) → [`proxy::forward`] (strip,
 //!   inject, send) → [`proxy::response`] (header filter, `tools/list`
 //!   filtering) with the redactor on every byte; [`proxy::session`] binds
 //!   MCP sessions to their caller; [`proxy::error`] is the one error type
@@ -26,8 +27,9 @@
 //!   refreshed off the hot path ([`snapshot::pg_notify`] between replicas).
 //! - [`authz`]: decisions: the `Authorizer` trait and the MCP action
 //!   names, [`authz::decide`] (the one verdict: policies, then the external
-//!   authorizer), Cedar ([`authz::cedar`]), approvals, and the canonical
-//!   reading of a call policies see ([`authz::canonical`]).
+//!   authorizer), Cedar ([`authz::cedar`]), approvals, the canonical
+//!   reading of a call policies see ([`authz::canonical`]), and tool
+//!   pinning ([`authz::pins`]: what a server may list and have called).
 //! - [`model`]: the caller, connection and upstream a request resolves to.
 //! - [`credentials`]: how a stored secret becomes a header; OAuth and the
 //!   interactive login.

@@ -47,6 +47,9 @@ pub struct State {
     policy_epoch: tokio::sync::watch::Receiver<i64>,
     /// Held calls waiting for a decision, and the approval webhook.
     pub approvals: crate::authz::approvals::Hub,
+    /// Tool pinning's queue of answers to record and the digests seen
+    /// held (`crate::authz::pins`).
+    pub pins: Arc<crate::authz::pins::PinBook>,
     /// Predictions for calls an `@ask("learn")` permit holds.
     pub prediction: Arc<crate::authz::predict::Predictor>,
     /// The process's log filter, when it can change while running (set
@@ -116,7 +119,14 @@ impl State {
             config.connect_timeout,
             (*config.upstream_roots).clone(),
         ));
+        let pins = crate::authz::pins::PinBook::start(
+            config.pin_tools,
+            store.clone(),
+            metrics.clone(),
+            config.db_timeout,
+        );
         let state = State {
+            pins,
             prediction,
             client,
             approvals,

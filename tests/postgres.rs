@@ -53,6 +53,8 @@ mod learning;
 mod oauth;
 #[path = "it/ops.rs"]
 mod ops;
+#[path = "it/pinning.rs"]
+mod pinning;
 #[path = "it/policies.rs"]
 mod policies;
 #[path = "it/pool.rs"]

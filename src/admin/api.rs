@@ -417,6 +417,10 @@ pub fn router(state: Arc<State>) -> Router {
         .routes(routes!(grant_approval))
         .routes(routes!(deny_approval))
         .routes(routes!(revoke_approval))
+        .routes(routes!(list_tools))
+        .routes(routes!(tool_diff))
+        .routes(routes!(accept_tools))
+        .routes(routes!(reject_tools))
         .routes(routes!(explain_prediction))
         .routes(routes!(forget_evidence))
         .routes(routes!(query_audit))
@@ -1094,6 +1098,107 @@ async fn revoke_approval(
         .approval_revoke(&id)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- tool pinning ----------------------------------------------------------
+
+use crate::admin::tool_pins::{self, ToolDiff, ToolView};
+
+/// A credential's tools as pinning sees them: `pinned`, `changed` (its
+/// upstream offers another definition than the one pinned), `new` (not
+/// pinned yet) or `rejected` (kept hidden), with first and last seen.
+#[utoipa::path(get, path = "/v1/credentials/{name}/tools", tag = "tools", params(NamePath),
+    responses((status = 200, body = Vec<ToolView>), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn list_tools(
+    AxState(s): AxState<Arc<State>>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Vec<ToolView>>> {
+    Ok(Json(tool_pins::tools(&s.store, &name).await?))
+}
+
+/// Which tool (its name as listed: any text, so not in the path).
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ToolQuery {
+    #[param(min_length = 1)]
+    tool: String,
+}
+
+/// A tool's pinned and offered definitions and their unified diff.
+#[utoipa::path(get, path = "/v1/credentials/{name}/tools/diff", tag = "tools", params(NamePath, ToolQuery),
+    responses((status = 200, body = ToolDiff), (status = 404, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn tool_diff(
+    AxState(s): AxState<Arc<State>>,
+    Path(name): Path<String>,
+    Params(q): Params<ToolQuery>,
+) -> ApiResult<Json<ToolDiff>> {
+    Ok(Json(tool_pins::tool_diff(&s.store, &name, &q.tool).await?))
+}
+
+/// Which tools to accept or reject: one by name, or every one awaiting
+/// review (`all`).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolReview {
+    #[schema(min_length = 1)]
+    tool: Option<String>,
+    #[serde(default)]
+    all: bool,
+}
+
+impl ToolReview {
+    fn target(&self) -> ApiResult<Option<&str>> {
+        match (&self.tool, self.all) {
+            (Some(t), false) if !t.is_empty() => Ok(Some(t)),
+            (None, true) => Ok(None),
+            _ => Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "give either a tool or all: true",
+            )),
+        }
+    }
+}
+
+/// The tools a review changed.
+#[derive(Serialize, ToSchema)]
+pub struct Reviewed {
+    tools: Vec<String>,
+}
+
+/// Pin the offered definition of a tool (or of every changed or new tool):
+/// it is listed and callable again within a second.
+#[utoipa::path(post, path = "/v1/credentials/{name}/tools/accept", tag = "tools", params(NamePath),
+    request_body = ToolReview,
+    responses((status = 200, body = Reviewed), (status = 400, body = ApiError), (status = 415, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn accept_tools(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+    Body(b): Body<ToolReview>,
+) -> ApiResult<Json<Reviewed>> {
+    let tools = service::Admin::new(&s.store, &actor)
+        .tool_accept(&name, b.target()?)
+        .await?;
+    Ok(Json(Reviewed { tools }))
+}
+
+/// Keep a tool's offered definition (or every changed or new tool's)
+/// hidden: left out of lists and its calls refused until accepted.
+#[utoipa::path(post, path = "/v1/credentials/{name}/tools/reject", tag = "tools", params(NamePath),
+    request_body = ToolReview,
+    responses((status = 200, body = Reviewed), (status = 400, body = ApiError), (status = 415, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError),
+        (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+async fn reject_tools(
+    AxState(s): AxState<Arc<State>>,
+    Extension(Admin(actor)): Extension<Admin>,
+    Path(name): Path<String>,
+    Body(b): Body<ToolReview>,
+) -> ApiResult<Json<Reviewed>> {
+    let tools = service::Admin::new(&s.store, &actor)
+        .tool_reject(&name, b.target()?)
+        .await?;
+    Ok(Json(Reviewed { tools }))
 }
 
 // ---- approvals that learn --------------------------------------------------

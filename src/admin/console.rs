@@ -77,6 +77,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: Arc<State>) -> Router<S> 
         .route("/ui/credentials", get(credentials_page))
         .route("/ui/callers", get(callers_page))
         .route("/ui/connections", get(connections_page))
+        .route("/ui/tools", get(tools_page))
+        .route("/ui/tools/{decision}", post(review_tool))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(console)
 }
@@ -535,7 +537,7 @@ fn nav(admin_role: bool) -> String {
     if admin_role {
         n.push_str(
             " · <a href=\"/ui/credentials\">Credentials</a> · <a href=\"/ui/callers\">Callers</a> · \
-             <a href=\"/ui/connections\">Connections</a>",
+             <a href=\"/ui/connections\">Connections</a> · <a href=\"/ui/tools\">Tools</a>",
         );
     }
     n.push_str("</nav>");
@@ -761,6 +763,121 @@ async fn connections_page(AxState(c): AxState<Console>, headers: HeaderMap) -> R
             (head, rows)
         });
     listing(&c, &headers, "Connections", rows).await
+}
+
+/// `/ui/tools`: every tool awaiting review (changed, new, rejected), per
+/// credential, with the diff of its pinned and offered definitions (as
+/// text: definitions come from upstreams and may be hostile) and buttons
+/// to accept or reject it. Admin role only.
+async fn tools_page(AxState(c): AxState<Console>, headers: HeaderMap) -> Response {
+    let Some(who) = c.signed_in(&headers).await else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    tools_view(&c, &who, None, StatusCode::OK).await
+}
+
+async fn tools_view(
+    c: &Console,
+    who: &SignedIn,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    if !who.admin_role {
+        return html(
+            StatusCode::FORBIDDEN,
+            &layout(
+                "Refused",
+                "<p class=error role=alert>This admin token has the approver role: it sees the approvals and the decision trail only.</p><p><a href=/ui>Approvals</a></p>",
+            ),
+        );
+    }
+    let rows = match c.state.store.tool_pins().await {
+        Ok(r) => r,
+        Err(e) => return unavailable("Tools", &e),
+    };
+    let mut b = nav(true);
+    if let Some(e) = error {
+        let _ = write!(b, "<p class=error role=alert>{}</p>", esc(e));
+    }
+    let mut shown = 0;
+    for r in rows.into_iter().filter(|r| r.status != "pinned") {
+        shown += 1;
+        let (credential, tool, status, seen) = (
+            r.credential.clone(),
+            r.tool.clone(),
+            r.status.clone(),
+            time(r.last_seen),
+        );
+        let d = crate::admin::tool_pins::diff_row(r);
+        let _ = write!(
+            b,
+            "<section class=tool><h2>{} <small>on {}</small> <span class=\"s-{}\">{}</span></h2>\
+             <p class=muted>last seen {}</p><pre>{}</pre>",
+            esc(&tool),
+            esc(&credential),
+            esc(&status),
+            esc(&status),
+            esc(&seen),
+            esc(&d.diff),
+        );
+        for (decision, label) in [("accept", "Accept"), ("reject", "Reject")] {
+            if decision == "reject" && status == "rejected" {
+                continue;
+            }
+            let _ = write!(
+                b,
+                "<form method=post action=/ui/tools/{decision} class=inline>\
+                 <input type=hidden name=csrf value=\"{}\">\
+                 <input type=hidden name=credential value=\"{}\">\
+                 <input type=hidden name=tool value=\"{}\">\
+                 <button type=submit>{label}</button></form> ",
+                esc(&who.csrf),
+                esc(&credential),
+                esc(&tool),
+            );
+        }
+        b.push_str("</section>");
+    }
+    if shown == 0 {
+        b.push_str(
+            "<p class=muted>No tool awaits review: every tool listed is the one pinned.</p>",
+        );
+    }
+    html(status, &layout("Tools", &b))
+}
+
+#[derive(Deserialize)]
+struct ToolForm {
+    csrf: String,
+    credential: String,
+    tool: String,
+}
+
+async fn review_tool(
+    AxState(c): AxState<Console>,
+    headers: HeaderMap,
+    Path(decision): Path<String>,
+    Form(f): Form<ToolForm>,
+) -> Response {
+    let Some(who) = c.signed_in(&headers).await else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    if !same_origin(&headers) || !ct_eq(&f.csrf, &who.csrf) {
+        return forbidden();
+    }
+    if !who.admin_role {
+        return tools_view(&c, &who, None, StatusCode::FORBIDDEN).await;
+    }
+    let admin = service::Admin::new(&c.state.store, &who.admin);
+    let done = match decision.as_str() {
+        "accept" => admin.tool_accept(&f.credential, Some(&f.tool)).await,
+        "reject" => admin.tool_reject(&f.credential, Some(&f.tool)).await,
+        _ => return (StatusCode::NOT_FOUND, "no such decision").into_response(),
+    };
+    match done {
+        Ok(_) => Redirect::to("/ui/tools").into_response(),
+        Err(e) => tools_view(&c, &who, Some(&e.to_string()), StatusCode::CONFLICT).await,
+    }
 }
 
 /// The database failed: say so, log why.

@@ -6,3 +6,4 @@ pub mod api;
 pub mod console;
 pub mod ops;
 pub mod service;
+pub mod tool_pins;

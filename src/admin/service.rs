@@ -99,6 +99,8 @@ labelled! {
         KeyRotate => "key.rotate",
         PolicyReload => "policy.reload",
         LogLevel => "log-level.set",
+        ToolAccept => "tool.accept",
+        ToolReject => "tool.reject",
     }
 }
 

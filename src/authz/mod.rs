@@ -12,6 +12,7 @@ pub mod canonical;
 pub mod cedar;
 pub mod decide;
 pub mod external;
+pub mod pins;
 pub mod predict;
 
 use std::time::SystemTime;

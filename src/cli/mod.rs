@@ -24,6 +24,7 @@ mod output;
 mod policy;
 mod probe;
 mod serve;
+mod tool;
 
 use std::path::PathBuf;
 
@@ -45,6 +46,7 @@ pub(crate) use self::output::*;
 pub(crate) use self::policy::*;
 pub(crate) use self::probe::*;
 pub(crate) use self::serve::*;
+pub(crate) use self::tool::*;
 
 #[derive(Parser)]
 #[command(
@@ -159,6 +161,10 @@ pub(crate) enum Cmd {
     /// external authorizer.
     #[command(subcommand)]
     Approval(ApprovalCmd),
+    /// Tools pinned per credential: review what an upstream changed or
+    /// added (tool pinning, serve --pin-tools).
+    #[command(subcommand)]
+    Tool(ToolCmd),
     /// The master key ring that seals stored secrets.
     #[command(subcommand)]
     Key(KeyCmd),
@@ -436,6 +442,7 @@ pub(crate) async fn dispatch(cli: Cli, implicit: bool) -> Result<()> {
         Cmd::Connection(c) => connection(&at, c).await,
         Cmd::Policy(c) => policy(&at, c).await,
         Cmd::Approval(c) => approval(&at, c).await,
+        Cmd::Tool(c) => tool(&at, c).await,
         Cmd::Key(c) => key(&at, c).await,
         Cmd::AdminToken(c) => admin_token(&at, c).await,
         // Handled in main, before a runtime is built; and above.

@@ -71,6 +71,17 @@ pub enum ProxyError {
     /// by the attack review); the audit trail keeps it.
     #[error("tessera refused the call of tool {tool:?} on connection {connection}: people have denied calls like it, so tessera predicts this one would be denied. It has not run. If it is needed, retry the same call (same arguments, on the same path and session): the retry is held for a person to decide.")]
     ToolPredictedDenied { tool: String, connection: String },
+    /// A `tools/call` of a tool that tool pinning holds (its definition
+    /// changed since it was pinned, or it is new, or an admin rejected
+    /// it: `crate::authz::pins`). A lone call is answered as a tool result
+    /// the model reads; a batch holding one is refused (403).
+    #[error("{}", pinned_text(tool, connection, *status))]
+    ToolPinned {
+        tool: String,
+        connection: String,
+        status: crate::authz::pins::PinStatus,
+        lone: bool,
+    },
     /// Any other request held for approval, or a batch with a held call.
     #[error("forbidden: {0}")]
     Held(String),
@@ -217,6 +228,8 @@ impl ProxyError {
             NotFound | SessionUnknown => StatusCode::NOT_FOUND,
             ForbiddenOrigin | ForbiddenHost | Denied(_) | Held(_) => StatusCode::FORBIDDEN,
             ToolDenied { .. } | ToolHeld { .. } | ToolPredictedDenied { .. } => StatusCode::OK,
+            ToolPinned { lone: true, .. } => StatusCode::OK,
+            ToolPinned { lone: false, .. } => StatusCode::FORBIDDEN,
             ApprovalUnavailable | AuditUnavailable | BodyMemory => StatusCode::SERVICE_UNAVAILABLE,
             // Not 401: to an MCP client a 401 means "run OAuth for this
             // resource" (MCP authorization), whatever its challenge says.
@@ -271,7 +284,8 @@ impl ProxyError {
             | ForbiddenHost
             | Denied(_)
             | ToolDenied { .. }
-            | ToolPredictedDenied { .. } => -32003,
+            | ToolPredictedDenied { .. }
+            | ToolPinned { .. } => -32003,
             Held(_) | ToolHeld { .. } => -32005,
             ApprovalUnavailable => -32012,
             AuditUnavailable => -32013,
@@ -300,6 +314,7 @@ impl ProxyError {
             Unauthorized | UnknownToken => Reason::Unauthenticated,
             Denied(_) | ToolDenied { .. } | ToolPredictedDenied { .. } => Reason::Denied,
             Held(_) | ToolHeld { .. } => Reason::Held,
+            ToolPinned { .. } => Reason::ToolPinning,
             ApprovalUnavailable => Reason::ApprovalUnavailable,
             AuditUnavailable => Reason::AuditUnavailable,
             ToolsList { .. } => Reason::ToolsList,
@@ -356,6 +371,7 @@ impl ProxyError {
         let body = match self {
             ProxyError::ToolDenied { .. }
             | ProxyError::ToolHeld { .. }
+            | ProxyError::ToolPinned { lone: true, .. }
             | ProxyError::ToolPredictedDenied { .. } => {
                 let mut result = serde_json::json!({
                     "content": [{ "type": "text", "text": self.to_string() }],
@@ -411,6 +427,19 @@ impl ProxyError {
         }
         resp
     }
+}
+
+/// What the model reads of a call tool pinning refused.
+fn pinned_text(tool: &str, connection: &str, status: crate::authz::pins::PinStatus) -> String {
+    use crate::authz::pins::PinStatus;
+    let why = match status {
+        PinStatus::Changed => "its definition changed since it was pinned",
+        PinStatus::New => "it is new (its definition was never reviewed)",
+        PinStatus::Rejected => "an admin rejected its definition",
+        // Not refused; said plainly should it ever be.
+        PinStatus::Pinned => "its definition is under review",
+    };
+    format!("tessera refused the call of tool {tool:?} on connection {connection}: {why}, and it awaits an admin's review (tool pinning). It has not run. Do not retry it until the tool is listed again by tools/list; pick another way or ask the user.")
 }
 
 #[cfg(test)]

@@ -124,6 +124,8 @@ struct Decided {
     /// For a call an `@ask("learn")` permit holds: what the prediction
     /// did, and why (redacted), when one was made.
     predicted: Option<(crate::authz::predict::Action, String)>,
+    /// For a call tool pinning refused: where its tool stands.
+    pinned: Option<crate::authz::pins::PinStatus>,
 }
 
 /// Handle one request to the data plane.
@@ -477,6 +479,23 @@ async fn proxy(
         }
         ask.arguments = m.arguments();
         ask.protocol_version = version_header.or_else(|| m.protocol_version());
+        // Tool pinning before authorization: a tool whose definition is
+        // not the pinned one is held whatever the policies say, and its
+        // refusal is audited as pinning's (`crate::authz::pins`).
+        if let Some(status) = ask
+            .tool
+            .and_then(|t| state.pins.refuses_call(&snap.pins, &upstream.credential, t))
+        {
+            let mut d = Decided::new(state, &ask, Verdict::Deny(Default::default()));
+            d.pinned = Some(status);
+            access.decisions.push(d);
+            return Err(ProxyError::ToolPinned {
+                tool: ask.tool.unwrap_or_default().to_string(),
+                connection: r.connection_id.chars().take(8).collect(),
+                status,
+                lone: messages.len() == 1,
+            });
+        }
         let v = verdict(state, &ask).await;
         access.decisions.push(Decided::new(state, &ask, v));
     }
@@ -647,6 +666,7 @@ async fn proxy(
             state.config.tools_list_max_bytes,
         )
         .with_path(&r.sub_path)
+        .with_pins(state.pins.clone())
         .read_as_sse(get_stream)
         .with_endpoints(legacy_sse::Endpoints::new(
             state.clone(),
@@ -741,6 +761,7 @@ impl Decided {
                 .map(str::to_string),
             shape: verdict_is_ask.then(|| crate::authz::predict::model::shape(ask.arguments)),
             predicted: None,
+            pinned: None,
         }
     }
 
@@ -749,6 +770,12 @@ impl Decided {
     fn counted(&self) -> crate::telemetry::metrics::Decision {
         use crate::authz::predict::Action;
         use crate::telemetry::metrics::{Decision, DecisionAction as A, DecisionSource as S};
+        if self.pinned.is_some() {
+            return Decision {
+                action: A::Deny,
+                source: S::Pinning,
+            };
+        }
         let (action, source) = match (&self.settled, &self.predicted) {
             (Some(Settled::Granted(_)), _) => (A::Allow, S::Person),
             (Some(Settled::Denied(_)), _) => (A::Deny, S::Person),
@@ -775,6 +802,14 @@ impl Decided {
 
     /// The verdict and its reason as the audit trail records them.
     fn audited(&self) -> (&'static str, Option<String>) {
+        if let Some(status) = self.pinned {
+            return (
+                "deny",
+                Some(format!(
+                    "tool pinning: the tool is {status}; it awaits an admin's review (tessera tool diff)"
+                )),
+            );
+        }
         let grounds = self.verdict.grounds().summary();
         let with = |s: String| match &grounds {
             Some(g) => format!("{s}; {g}"),

@@ -37,6 +37,8 @@ pub struct Snapshot {
     pub connections: HashMap<String, Connection>,
     /// The callers, their groups and the connections, as policy entities.
     pub entities: cedar_policy::Entities,
+    /// Each credential's tool pins (`crate::authz::pins`).
+    pub pins: crate::authz::pins::PinTable,
 }
 
 impl Snapshot {
@@ -177,6 +179,7 @@ impl Snapshot {
                 );
             }
         }
+        let pins = crate::authz::pins::PinTable::from_rows(store.tool_pins().await?);
         let entities = crate::authz::cedar::entities(
             callers.values().map(|c| &**c),
             connections.iter().map(|(id, c)| (id.as_str(), c)),
@@ -187,6 +190,7 @@ impl Snapshot {
             callers,
             connections,
             entities,
+            pins,
         })
     }
 }

@@ -35,6 +35,7 @@ mod credentials;
 pub mod evidence;
 pub mod model;
 pub mod oauth;
+pub mod tool_pins;
 
 use model::{
     AdminAction, AdminTokenRow, Approval, AuditQuery, AuditRecord, CallKey, CallerRow,

@@ -458,6 +458,43 @@ pub struct AdminAction {
     pub outcome: String,
 }
 
+/// One tool of one credential, as pinned (issue 29, `crate::authz::pins`).
+/// Definitions are canonical JSON, redacted of the credential's secret.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
+pub struct ToolPinRow {
+    pub credential: String,
+    pub tool: String,
+    /// `pinned`, `changed`, `new` or `rejected`.
+    pub status: String,
+    pub pinned_digest: Option<String>,
+    pub pinned_definition: Option<String>,
+    pub offered_digest: Option<String>,
+    pub offered_definition: Option<String>,
+    /// Unix milliseconds.
+    pub first_seen: i64,
+    /// Unix milliseconds: when a new digest of it was last recorded.
+    pub last_seen: i64,
+}
+
+/// One tool definition seen in a `tools/list` answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferedTool {
+    pub tool: String,
+    /// SHA-256 (hex) of the canonical definition.
+    pub digest: String,
+    /// The canonical definition, redacted.
+    pub definition: String,
+}
+
+/// What recording an answer's tools changed, per tool: its status now,
+/// and whether it was pinned by trust on first use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinChange {
+    pub tool: String,
+    pub status: String,
+    pub digest: String,
+}
+
 /// The store's change counters (see `migrations/*/0006_changes.sql`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Revision {

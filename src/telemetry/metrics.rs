@@ -94,6 +94,8 @@ labelled! {
         BodyMemory => "body_memory",
         SourceConnections => "source_connections",
         ConnectionEvicted => "connection_evicted",
+        // A `tools/call` of a tool held by pinning (`crate::authz::pins`).
+        ToolPinning => "tool_pinning",
     }
 }
 
@@ -122,6 +124,8 @@ pub struct Metrics {
     /// How upstream exchanges ended, per credential: read without a lock
     /// on the request path; a credential's first exchange adds its row.
     upstream_outcomes: arc_swap::ArcSwap<HashMap<Box<str>, Arc<OutcomeCounts>>>,
+    /// Tool definitions seen changed (or new), by credential (rare).
+    tool_changes: Mutex<BTreeMap<String, u64>>,
     /// Authorization decisions by action and source ([`Decision`]).
     decisions: [[AtomicU64; DECISION_SOURCES.len()]; DECISION_ACTIONS.len()],
     /// Predictions that failed (and asked a person instead).
@@ -200,10 +204,13 @@ pub enum DecisionSource {
     /// The external authorizer (`--authorizer-url`), when its answer is
     /// the verdict (it was as strict as the policies, or stricter).
     Authorizer = 3,
+    /// Tool pinning: a call of a held tool, refused before the policies
+    /// (`crate::authz::pins`).
+    Pinning = 4,
 }
 
 const DECISION_ACTIONS: [&str; 3] = ["allow", "deny", "ask"];
-const DECISION_SOURCES: [&str; 4] = ["policy", "person", "prediction", "authorizer"];
+const DECISION_SOURCES: [&str; 5] = ["policy", "person", "prediction", "authorizer", "pinning"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -222,6 +229,7 @@ impl Default for Metrics {
             bytes_out: AtomicU64::new(0),
             token_refreshes: Mutex::new(BTreeMap::new()),
             upstream_outcomes: Default::default(),
+            tool_changes: Mutex::new(BTreeMap::new()),
             decisions: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             prediction_failures: AtomicU64::new(0),
         }
@@ -378,6 +386,13 @@ impl Metrics {
         *m.entry((credential.to_string(), ok)).or_default() += 1;
     }
 
+    /// One tool definition of `credential` seen changed or new (once per
+    /// digest: `crate::authz::pins`).
+    pub fn tool_change(&self, credential: &str) {
+        let mut m = self.tool_changes.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(credential.to_string()).or_default() += 1;
+    }
+
     /// Open event streams now.
     pub fn open_streams(&self) -> i64 {
         self.open_streams.load(Relaxed)
@@ -520,8 +535,24 @@ impl Metrics {
             }
         }
         let mut m = e.encode_descriptor(
+            "tessera_tool_changes",
+            "Tool definitions seen differing from their pin (or new), by credential: each is held until an admin reviews it.",
+            None,
+            MetricType::Counter,
+        )?;
+        let changes: Vec<(String, u64)> = self
+            .tool_changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
+        for (cred, n) in &changes {
+            ConstCounter::new(*n).encode(m.encode_family(&[("credential", cred.as_str())])?)?;
+        }
+        let mut m = e.encode_descriptor(
             "tessera_decisions",
-            "Authorization decisions, by action (allow, deny, ask) and source (policy, person, prediction, authorizer).",
+            "Authorization decisions, by action (allow, deny, ask) and source (policy, person, prediction, authorizer, pinning).",
             None,
             MetricType::Counter,
         )?;

@@ -684,6 +684,9 @@ async fn every_admin_action_leaves_its_row() {
     assert!(ran(&["key", "rotate"]).0);
     assert!(ran(&["policy", "reload"]).0);
     assert!(ran(&["approval", "forget", "--all"]).0);
+    // No tool listed yet: refused, and recorded so.
+    assert!(!ran(&["tool", "accept", "--credential", "gh", "search"]).0);
+    assert!(!ran(&["tool", "reject", "--credential", "gh", "--all"]).0);
 
     // The API.
     let body = |v: serde_json::Value| Some(v);
@@ -759,6 +762,16 @@ async fn every_admin_action_leaves_its_row() {
             "/v1/approval-evidence/forget".to_string(),
             body(json!({"tool": "run_tests"})),
         ),
+        (
+            M::POST,
+            "/v1/credentials/api-gh/tools/accept".to_string(),
+            body(json!({"all": true})),
+        ),
+        (
+            M::POST,
+            "/v1/credentials/api-gh/tools/reject".to_string(),
+            body(json!({"tool": "search"})),
+        ),
     ] {
         let (s, v) = call(m.clone(), format!("{api}{path}"), t, b).await;
         assert!(s != 401 && s != 405, "{m} {path}: {s} {v}");
@@ -792,6 +805,8 @@ async fn every_admin_action_leaves_its_row() {
         Action::ApprovalDeny,
         Action::PolicyReload,
         Action::LogLevel,
+        Action::ToolAccept,
+        Action::ToolReject,
     ];
     let missing: Vec<_> = by_api.iter().filter(|a| !has("ops", **a)).collect();
     assert!(missing.is_empty(), "no API row for {missing:?}: {rows:?}");

@@ -136,7 +136,7 @@ async fn browser(script: &str, args: &[&str], shot: &str) -> (Value, String, std
 }
 
 /// Sign in over plain HTTP; the session cookie and the page's CSRF token.
-async fn sign_in(api: &str, token: &str) -> (String, String) {
+pub(crate) async fn sign_in(api: &str, token: &str) -> (String, String) {
     let c = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())

@@ -25,6 +25,7 @@ mod keys;
 mod learning;
 mod oauth;
 mod ops;
+mod pinning;
 mod policies;
 mod pool;
 mod redaction;

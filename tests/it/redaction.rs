@@ -335,7 +335,13 @@ async fn coded_answers_are_decoded_then_redacted() {
 async fn the_tools_list_filter_never_writes_the_secret() {
     use tessera::redact::leaks::{leak, Encoding};
     let up = Upstream::start().await;
-    let p = Proxy::start(Proxy::dir()).await;
+    // Each answer's description is another form of the secret: tool
+    // pinning would hold every one after the first (pinning::
+    // a_reflected_secret_is_not_stored_in_a_pin covers it with pinning).
+    let p = Proxy::start_with(Proxy::dir(), |c| {
+        c.pin_tools = tessera::config::PinMode::Off
+    })
+    .await;
     let t = tessera::redact::threshold(SECRET.len());
     let a = agent_with(&p, &up, "bearer", &[], "/reflect").await;
     let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#.to_string();

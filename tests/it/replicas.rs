@@ -442,3 +442,67 @@ async fn a_session_opened_through_one_replica_goes_on_through_another() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].headers["mcp-session-id"], "sess-1");
 }
+
+/// Tool pinning across replicas: what one replica sees changed in a
+/// tools/list answer is held by the other within a second (by
+/// notification: neither polls), before that one lists it itself; an
+/// acceptance through the CLI reaches both.
+#[tokio::test]
+async fn a_tool_change_one_replica_sees_is_held_by_every_replica() {
+    use crate::pinning::{call, list_of, listed, refusal, Tools, POISONED, READ, SEARCH};
+    let up = Tools::start(&list_of(&[SEARCH, READ])).await;
+    let dir = Proxy::dir();
+    let d = dir.path();
+    let (pa, pb) = (Served::free_port(), Served::free_port());
+    let a = register(
+        d,
+        &format!("http://127.0.0.1:{pa}"),
+        "gh",
+        &up.url("/mcp"),
+        "agent",
+    );
+    let b = via(&a, pb);
+    let _ra = Served::start(d, pa, &NO_POLLING, &[]).await;
+    let _rb = Served::start(d, pb, &NO_POLLING, &[]).await;
+
+    // Replica A's first list pins; B serves the pins within a second.
+    assert_eq!(listed(&a).await, ["search", "read_file"]);
+    within(Duration::from_secs(1), || async {
+        scalar(d, "SELECT count(*) FROM tool_pins WHERE status = 'pinned'").await == 2
+    })
+    .await;
+    assert_eq!(
+        call(&b, "search").await["result"]["content"][0]["text"],
+        "ran"
+    );
+
+    // A sees the change; B refuses the call without having listed it.
+    up.set(&list_of(&[POISONED, READ]));
+    assert_eq!(listed(&a).await, ["read_file"]);
+    // (Calls that B answered before the change reached it ran.)
+    within(Duration::from_secs(1), || async {
+        call(&b, "search").await["result"]["isError"] == true
+    })
+    .await;
+    let ran = up.calls().len();
+    let text = refusal(&call(&b, "search").await);
+    assert!(text.contains("definition changed"), "{text}");
+    assert_eq!(up.calls().len(), ran);
+
+    // Accepted once, served by both.
+    let o = tessera(d)
+        .args(["tool", "accept", "--credential", "gh", "search"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for r in [&a, &b] {
+        within(Duration::from_secs(1), || async {
+            listed(r).await.len() == 2
+        })
+        .await;
+    }
+    assert_eq!(
+        call(&b, "search").await["result"]["content"][0]["text"],
+        "ran"
+    );
+}

@@ -9,7 +9,9 @@
 #              the stateless 2026-07-28), and gzip_server.py: the Python
 #              SDK's own server behind Starlette's GZipMiddleware, forced to
 #              gzip every answer (SSE included) even when asked for identity,
-#              with a tool that echoes the request headers (Authorization too)
+#              with a tool that echoes the request headers (Authorization too),
+#              and pin_server.mjs, whose tool description changes on demand
+#              (tool pinning: ts1-pinning.mjs sees the tool disappear)
 #   clients    TypeScript SDK 1.x (Streamable HTTP, and `SSEClientTransport`
 #              on the legacy transport), its 2.x client in `auto` mode, the Python
 #              SDK `mcp` 2.x (`auto`), the MCP Inspector CLI, and the MCP
@@ -103,6 +105,7 @@ everything_port=$(free_port)
 sse_port=$(free_port)
 fastmcp_port=$(free_port)
 gzip_port=$(free_port)
+pin_port=$(free_port)
 tessera_port=$(free_port)
 everything_secret="everything-stored-$RANDOM$RANDOM"
 fastmcp_secret="fastmcp-stored-$RANDOM$RANDOM"
@@ -132,10 +135,13 @@ pids+=($!)
 pids+=($!)
 "$python" gzip_server.py "$gzip_port" "$gzip_secret" "$PEERS_GZIP_LOG" >"$work/gzip.log" 2>&1 &
 pids+=($!)
+"$node" pin_server.mjs "$pin_port" >"$work/pin.log" 2>&1 &
+pids+=($!)
 wait_http "http://127.0.0.1:$everything_port/mcp" || exit 1
 wait_http "http://127.0.0.1:$fastmcp_port/mcp" || exit 1
 wait_http "http://127.0.0.1:$sse_port/message" || exit 1
 wait_http "http://127.0.0.1:$gzip_port/mcp" || exit 1
+wait_http "http://127.0.0.1:$pin_port/mcp" || exit 1
 : >"$PEERS_UPSTREAM_LOG" # forget the readiness probes: they did not come through tessera
 : >"$sse_log"
 verdict "server-everything listens on loopback only" "it listens on another interface" \
@@ -190,6 +196,8 @@ sse_url=$(T connection add --caller agent --credential everything-sse | tail -n 
 fastmcp_url=$(T connection add --caller agent --credential fastmcp | tail -n 1)
 stale_url=$(T connection add --caller agent --credential fastmcp-stale | tail -n 1)
 gzip_url=$(T connection add --caller agent --credential gzip | tail -n 1)
+SECRET=pin-stored-$RANDOM T credential add pinned --upstream "http://127.0.0.1:$pin_port/mcp" --secret-env SECRET >/dev/null
+pin_url=$(T connection add --caller agent --credential pinned | tail -n 1)
 # The shipped default, plus a denied and a held tool on the fastmcp server:
 # the 2.x clients on 2026-07-28 must read both refusals as tool errors.
 mkdir -p "$work/policies"
@@ -214,6 +222,8 @@ PEERS_URL=$everything_url PEERS_STORED_SECRET=$everything_secret \
     run_client ts-sdk-1 "$node" ts1-everything.mjs
 PEERS_URL=$sse_url PEERS_STORED_SECRET=$everything_secret PEERS_SSE_LOG=$sse_log \
     run_client ts-sdk-1-legacy-sse "$node" ts1-legacy-sse.mjs
+PEERS_URL=$pin_url PEERS_POISON_URL="http://127.0.0.1:$pin_port/poison" \
+    run_client ts-sdk-1-pinning "$node" ts1-pinning.mjs
 PEERS_URL=$fastmcp_url PEERS_STORED_SECRET=$fastmcp_secret \
     run_client ts-sdk-2 "$node" ts2-fastmcp.mjs
 PEERS_FASTMCP_URL=$fastmcp_url PEERS_EVERYTHING_URL=$everything_url PEERS_STORED_SECRET=$fastmcp_secret \

@@ -39,6 +39,7 @@ use serde_json::Value;
 
 use crate::authz::canonical::fold_eq;
 use crate::authz::cedar::CedarAuthorizer;
+use crate::authz::pins::{read_tools, PinBook};
 use crate::authz::{Authorizer, AuthzRequest, Verdict};
 use crate::model::Caller;
 use crate::proxy::response::body::{full, ProxyBody};
@@ -82,6 +83,8 @@ pub struct ToolFilter {
     /// Rewrite `endpoint` events (the 2024-11-05 transport) under the
     /// connection's address.
     endpoints: Option<crate::proxy::legacy_sse::Endpoints>,
+    /// Tool pinning (`crate::authz::pins`): runs before the policies.
+    pins: Option<Arc<PinBook>>,
 }
 
 impl ToolFilter {
@@ -107,7 +110,35 @@ impl ToolFilter {
             path: String::new(),
             sse: false,
             endpoints: None,
+            pins: None,
         }
+    }
+
+    /// Hold the tools that tool pinning holds (before the policies filter
+    /// the rest), and queue the definitions not recorded yet.
+    pub fn with_pins(mut self, pins: Arc<PinBook>) -> ToolFilter {
+        self.pins = Some(pins);
+        self
+    }
+
+    /// Which of `tools` pinning lets through (all, without pinning).
+    fn pinned(&self, tools: &[Value]) -> Vec<bool> {
+        let Some(pins) = &self.pins else {
+            return vec![true; tools.len()];
+        };
+        if pins.mode() == crate::config::PinMode::Off {
+            return vec![true; tools.len()];
+        }
+        let Some(connection) = self.snapshot.connections.get(&self.connection_id) else {
+            return vec![false; tools.len()];
+        };
+        let upstream = &connection.upstream;
+        pins.list(
+            &self.snapshot.pins,
+            &upstream.credential,
+            &upstream.redactor(),
+            &read_tools(tools),
+        )
     }
 
     /// Rewrite the `endpoint` events of an SSE answer with `e`.
@@ -174,9 +205,17 @@ impl ToolFilter {
                         .filter(|(k, _)| fold_eq(k, "tools"))
                         .filter_map(|(_, t)| t.as_array_mut());
                     for tools in lists {
+                        // Pinning first: a held tool goes whatever the
+                        // policies say.
+                        let pinned = self.pinned(tools);
+                        let mut i = 0;
                         // A tool without one string name cannot be
                         // checked: it goes.
                         tools.retain(|t| {
+                            i += 1;
+                            if !pinned[i - 1] {
+                                return false;
+                            }
                             let mut names = t
                                 .as_object()
                                 .into_iter()
@@ -467,6 +506,7 @@ pub fn fuzz_events(data: &[u8]) {
             callers: Default::default(),
             connections: Default::default(),
             entities: cedar_policy::Entities::empty(),
+            pins: Default::default(),
         };
         let caller = Caller {
             id: 1,
