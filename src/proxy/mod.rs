@@ -14,6 +14,8 @@ pub mod held;
 /// The longest tool name forwarded: eight times what the MCP specification
 /// recommends (128 characters), so that no real tool is refused.
 const MAX_TOOL_NAME_BYTES: usize = 1024;
+/// The longest JSON-RPC method name forwarded: MCP's are under 40 bytes.
+const MAX_METHOD_BYTES: usize = 256;
 pub mod jsonrpc;
 pub mod legacy_sse;
 pub mod listener;
@@ -454,8 +456,23 @@ async fn proxy(
             "the JSON-RPC batch holds more messages than tessera accepts (--max-batch)",
         ));
     }
+    // A method's name is the agent's to choose too: JSON-RPC names are
+    // short, and one far longer would be written into the access line,
+    // the audit trail and a span (found by the attack review).
+    if messages.iter().any(|m| {
+        m.method
+            .as_deref()
+            .is_some_and(|m| m.len() > MAX_METHOD_BYTES)
+    }) {
+        return Err(ProxyError::InvalidRequest(
+            "the JSON-RPC method name is longer than tessera accepts (256 bytes)",
+        ));
+    }
     if let Some(first) = messages.first() {
-        access.rpc_method = first.method.as_deref().map(CompactString::from);
+        access.rpc_method = first
+            .method
+            .as_deref()
+            .map(|m| CompactString::from(upstream.redactor().text(m).as_ref()));
         // The tool's name is the agent's to choose: logged with the
         // connection's secret redacted, like anything else tessera writes.
         access.tool = first
@@ -743,7 +760,10 @@ impl Decided {
         let verdict_is_ask = matches!(verdict, Verdict::Ask(_));
         let legacy_sha256 = verdict_is_ask.then(|| arguments_digest(ask.arguments));
         Decided {
-            rpc_method: ask.rpc_method.map(str::to_string),
+            // Redacted like the tool's name: the agent chose it.
+            rpc_method: ask
+                .rpc_method
+                .map(|m| ask.connection.upstream.redactor().text(m).into_owned()),
             action: crate::authz::action_name(ask.http_method, ask.rpc_method),
             tool: ask.tool.map(str::to_string),
             verdict,

@@ -188,11 +188,18 @@ impl Span {
     }
 
     /// Run `f` with this span as the current one, so the spans it starts
-    /// are this one's children.
-    pub async fn run<F: std::future::Future>(&self, f: F) -> F::Output {
+    /// are this one's children. Not an `async fn`: one would hold `f` twice
+    /// in its state (as its argument and as what it awaits), and the
+    /// request's future, which is large, would be copied on every move
+    /// (measured: +17,700 instructions per request of `memcpy`).
+    pub fn run<F: std::future::Future>(
+        &self,
+        f: F,
+    ) -> futures_util::future::Either<F, opentelemetry::context::WithContext<F>> {
+        use futures_util::future::Either;
         match &self.0 {
-            None => f.await,
-            Some(cx) => f.with_context(cx.clone()).await,
+            None => Either::Left(f),
+            Some(cx) => Either::Right(f.with_context(cx.clone())),
         }
     }
 

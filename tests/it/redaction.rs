@@ -369,3 +369,37 @@ async fn the_tools_list_filter_never_writes_the_secret() {
         }
     }
 }
+
+/// A JSON-RPC method name is the agent's to choose, like a tool's: one
+/// holding the secret is written redacted in the audit trail and the log,
+/// and one far longer than any method is refused before anything is
+/// written of it (found by the attack review).
+#[tokio::test]
+async fn a_method_name_is_redacted_and_bounded() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let method = format!("x/{SECRET}");
+    let body = serde_json::json!({"jsonrpc":"2.0","id":1,"method":method}).to_string();
+    let (status, _) = post_json(&a, body).await;
+    assert_eq!(status, 200);
+    let long = "m".repeat(300);
+    let body = serde_json::json!({"jsonrpc":"2.0","id":2,"method":long}).to_string();
+    let (status, v) = post_json(&a, body).await;
+    assert_eq!(status, 400, "{v}");
+    let seen = up.seen();
+    assert!(!seen.iter().any(|s| s.body.len() > 250), "{seen:?}");
+    let rows = within(std::time::Duration::from_secs(5), || async {
+        audit_rows(&p)
+            .await
+            .iter()
+            .any(|r| r.rpc_method.as_deref().is_some_and(|m| m.starts_with("x/")))
+    });
+    rows.await;
+    for r in audit_rows(&p).await {
+        let m = r.rpc_method.unwrap_or_default();
+        assert!(!m.contains(SECRET), "{m}");
+        assert!(m.len() < 300, "{m}");
+    }
+    assert_logs_lack(&[&long]);
+}
