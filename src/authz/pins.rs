@@ -489,10 +489,22 @@ impl PinBook {
             return Some(PinStatus::Changed);
         }
         let overlay = self.overlay.lock().expect("the overlay lock");
-        match overlay.get(&(credential.to_string(), tool.to_string())) {
-            Some(d) if pin.pinned_digest.as_deref() != Some(d.as_str()) => Some(PinStatus::Changed),
-            _ => None,
+        if overlay.is_empty() {
+            return None;
         }
+        if let Some(d) = overlay.get(&(credential.to_string(), tool.to_string())) {
+            if pin.pinned_digest.as_deref() != Some(d.as_str()) {
+                return Some(PinStatus::Changed);
+            }
+        }
+        // A tool this process saw held under a name that folds to this one
+        // (`Search` beside a pinned `search`), before the snapshot has it:
+        // no call of the pinned name passes meanwhile either (found by the
+        // attack review: the rule held only once the snapshot reloaded).
+        let twin_held = overlay
+            .keys()
+            .any(|(c, n)| c == credential && n != tool && fold_eq(n, tool));
+        twin_held.then_some(PinStatus::Changed)
     }
 }
 

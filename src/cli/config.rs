@@ -87,6 +87,19 @@ pub(crate) fn config_check(
     if let Err(e) = tessera::config::parse_serve(raw_serve(a)) {
         errors.push(e.to_string());
     }
+    let traces = tessera::telemetry::trace::TraceSettings {
+        endpoint: a.otlp_endpoint.clone(),
+    };
+    match traces.validate() {
+        Err(e) => errors.push(e.to_string()),
+        // Where spans go, which OTEL_EXPORTER_OTLP_TRACES_ENDPOINT may set.
+        Ok(Some(url)) => rows.push((
+            "traces-url".into(),
+            tessera::wire::query::shown_str(&url),
+            "derived",
+        )),
+        Ok(None) => {}
+    }
     if let Err(e) = load_policies(a.policies.as_deref()) {
         errors.push(format!("--policies: {e:#}"));
     }

@@ -51,6 +51,8 @@ pub enum TraceError {
     Exporter(String),
     #[error("{var}={value:?}: tessera exports OTLP over HTTP with protobuf only (http/protobuf)")]
     Protocol { var: &'static str, value: String },
+    #[error("the OTLP traces endpoint {0:?} is not an http:// or https:// URL with a host (--otlp-endpoint: a collector's base URL such as http://127.0.0.1:4318)")]
+    Endpoint(String),
     #[error("traces were already started in this process")]
     AlreadyStarted,
 }
@@ -91,6 +93,35 @@ impl TraceSettings {
     }
 }
 
+impl TraceSettings {
+    /// The URL spans go to when traces are on, checked as [`start`] would
+    /// (`config check` shows it): an `http` or `https` URL with a host, and
+    /// no protocol but HTTP/protobuf asked for.
+    pub fn validate(&self) -> Result<Option<String>, TraceError> {
+        if !self.enabled() {
+            return Ok(None);
+        }
+        for var in [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ] {
+            if let Ok(v) = std::env::var(var) {
+                if v.trim() != "http/protobuf" && !v.trim().is_empty() {
+                    return Err(TraceError::Protocol { var, value: v });
+                }
+                break;
+            }
+        }
+        let url = self.traces_url().expect("enabled means an endpoint");
+        let ok = url::Url::parse(&url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !ok {
+            return Err(TraceError::Endpoint(crate::wire::query::shown_str(&url)));
+        }
+        Ok(Some(url))
+    }
+}
+
 /// Traces while they run; [`Tracing::shutdown`] exports what is left.
 pub struct Tracing {
     provider: SdkTracerProvider,
@@ -102,21 +133,9 @@ pub fn start(
     client: impl opentelemetry_http::HttpClient + 'static,
 ) -> Result<Option<Tracing>, TraceError> {
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-    if !settings.enabled() {
+    let Some(url) = settings.validate()? else {
         return Ok(None);
-    }
-    for var in [
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ] {
-        if let Ok(v) = std::env::var(var) {
-            if v.trim() != "http/protobuf" && !v.trim().is_empty() {
-                return Err(TraceError::Protocol { var, value: v });
-            }
-            break;
-        }
-    }
-    let url = settings.traces_url().expect("enabled means an endpoint");
+    };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(client)

@@ -484,3 +484,51 @@ async fn an_oauth_refresh_is_a_span_of_the_call_that_needed_it() {
     served.signal("TERM");
     served.read_to_end().await;
 }
+
+/// `config check` checks the endpoint as `serve` does at start and shows
+/// where spans go (found by a new user: a URL without its scheme passed
+/// the check, then `serve` refused it).
+#[test]
+fn config_check_validates_the_endpoint_and_shows_where_spans_go() {
+    let dir = Proxy::dir();
+    let o = tessera(dir.path())
+        .args(["config", "check", "--otlp-endpoint", "127.0.0.1:4318"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(out.contains("not an http:// or https:// URL"), "{out}");
+    let o = tessera(dir.path())
+        .args([
+            "config",
+            "check",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4318/",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("traces-url") && l.contains("http://127.0.0.1:4318/v1/traces")),
+        "{out}"
+    );
+    let o = tessera(dir.path())
+        .args([
+            "config",
+            "check",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4318",
+        ])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(out.contains("http/protobuf"), "{out}");
+}
