@@ -1,8 +1,12 @@
 -- The request id (issue 28): one per data-plane request, the caller's
 -- traceparent trace id when it sent one, else minted; the same value as in
 -- the access line and the answer's X-Request-Id. NULL: written before this
--- migration. Indexed for `tessera audit --request-id`: a request's rows
--- among all of them (the index costs each row a B-tree insert, as
--- 0008's note on audit_at weighs; this one serves a query).
+-- migration.
+--
+-- Not indexed: the ids are random, and an index on random keys costs every
+-- audit row a B-tree insert at a random page. Measured under wrk
+-- (bench/run.sh, 2026-12-05): the audit writer's CPU went from 2.4 to 25 µs
+-- per request once the table held a few million rows, and throughput fell
+-- by 45%. `tessera audit --request-id` scans the trail instead, an
+-- operator's occasional lookup.
 ALTER TABLE audit ADD COLUMN request_id TEXT;
-CREATE INDEX audit_request_id ON audit (request_id);
