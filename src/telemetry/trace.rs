@@ -51,8 +51,10 @@ pub enum TraceError {
     Exporter(String),
     #[error("{var}={value:?}: tessera exports OTLP over HTTP with protobuf only (http/protobuf)")]
     Protocol { var: &'static str, value: String },
-    #[error("the OTLP traces endpoint {0:?} is not an http:// or https:// URL with a host (--otlp-endpoint: a collector's base URL such as http://127.0.0.1:4318)")]
-    Endpoint(String),
+    // Not quoted: a URL that does not parse cannot be shown with its
+    // credentials kept back (`wire::query` is a peer this layer may not use).
+    #[error("the OTLP traces endpoint is not an http:// or https:// URL with a host (--otlp-endpoint: a collector's base URL such as http://127.0.0.1:4318)")]
+    Endpoint,
     #[error("traces were already started in this process")]
     AlreadyStarted,
 }
@@ -116,7 +118,7 @@ impl TraceSettings {
         let ok = url::Url::parse(&url)
             .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
         if !ok {
-            return Err(TraceError::Endpoint(crate::wire::query::shown_str(&url)));
+            return Err(TraceError::Endpoint);
         }
         Ok(Some(url))
     }
