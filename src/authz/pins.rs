@@ -457,6 +457,9 @@ impl PinBook {
         credential: &str,
         tool: &str,
     ) -> Option<PinStatus> {
+        if self.mode == PinMode::Off {
+            return None;
+        }
         let pending;
         let pins = match table
             .credentials
@@ -476,9 +479,6 @@ impl PinBook {
                 PinMode::Strict => Some(PinStatus::New),
             };
         };
-        if self.mode == PinMode::Off {
-            return None;
-        }
         let Some(pin) = pins.tools.get(tool) else {
             return Some(PinStatus::New);
         };
