@@ -523,6 +523,9 @@ async fn proxy(
         .iter()
         .any(|m| m.method.as_deref() == Some("tools/list"));
     let get_stream = parts.method == http::Method::GET;
+    // The ids a POST's JSON answer may answer (`response::own_answers`).
+    let sent = (parts.method == http::Method::POST && !lists)
+        .then(|| response::own_answers::sent_ids(messages.iter().map(|m| m.id)));
     // What a filter built after the answer's head needs of the request
     // (reference-counted copies).
     let (list_version, list_origin) = (
@@ -693,9 +696,20 @@ async fn proxy(
             get_stream && r.sub_path.is_empty() && event_stream && parts.status.is_success(),
         ))
     });
-    let body = match tool_filter {
-        None => body.boxed(),
-        Some(f) => {
+    let body = match (tool_filter, sent) {
+        // A POST's JSON answer holds the answers to that POST's requests,
+        // and none to another's: a tools/list result for a request in
+        // flight elsewhere would pass the filter unread (found by the
+        // attack review).
+        (None, Some(sent)) if parts.status.is_success() => response::own_answers::OwnAnswers::new(
+            body,
+            sent,
+            upstream.clone(),
+            state.config.tools_list_max_bytes,
+        )
+        .boxed(),
+        (None, _) => body.boxed(),
+        (Some(f), _) => {
             let filtered = f.apply(parts.status, &mut parts.headers, body);
             let filtered = match tokio::time::timeout(state.config.upstream_timeout, filtered).await
             {

@@ -265,6 +265,37 @@ async fn answer(
                 .header("content-type", "text/event-stream")
                 .body(Full::new(Bytes::from(bytes)).boxed())
         }
+        // A success answer of exactly the bytes the query's `body` holds
+        // (base64url), with the Content-Type `ctype` (JSON if none), one
+        // byte per frame when `split=1`.
+        "/json-raw" => {
+            use base64::Engine;
+            let q: std::collections::HashMap<String, String> =
+                url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+                    .into_owned()
+                    .collect();
+            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(q.get("body").map(String::as_str).unwrap_or(""))
+                .unwrap_or_default();
+            let ctype = q
+                .get("ctype")
+                .cloned()
+                .unwrap_or_else(|| "application/json".into());
+            let frames: Vec<Result<Frame<Bytes>, Infallible>> =
+                if q.get("split").map(String::as_str) == Some("1") {
+                    bytes
+                        .chunks(1)
+                        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                        .collect()
+                } else {
+                    vec![Ok(Frame::data(Bytes::from(bytes)))]
+                };
+            Response::builder()
+                .header("content-type", ctype)
+                .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                    frames,
+                ))))
+        }
         // A form that cannot be sent where asked (not a header name, say).
         "/reflect" => reflect(&parts, &body).or_else(|_| {
             Response::builder()

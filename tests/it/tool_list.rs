@@ -301,3 +301,185 @@ async fn an_sse_event_that_cannot_be_filtered_ends_the_stream() {
     assert!(clean);
     assert_eq!(String::from_utf8(got).unwrap(), fine);
 }
+
+/// The answer a caller gets when the upstream answers its POST of `sent`
+/// with exactly `body` (Content-Type `ctype`), in one frame or one byte
+/// per frame: the bytes if the answer arrived whole, `Err` with what
+/// arrived if it was cut.
+async fn json_raw(
+    a: &Agent,
+    sent: &str,
+    body: &[u8],
+    ctype: &str,
+    split: bool,
+) -> Result<Vec<u8>, Vec<u8>> {
+    use base64::Engine;
+    let q = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body);
+    let url = format!(
+        "{}?body={q}&ctype={}&split={}",
+        a.url,
+        url::form_urlencoded::byte_serialize(ctype.as_bytes()).collect::<String>(),
+        u8::from(split)
+    );
+    let Ok(mut r) = client()
+        .post(url)
+        .bearer_auth(&a.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(sent.to_string())
+        .send()
+        .await
+    else {
+        return Err(Vec::new());
+    };
+    assert_eq!(r.status(), 200);
+    let mut got = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(c)) => got.extend_from_slice(&c),
+            Ok(None) => return Ok(got),
+            Err(_) => return Err(got),
+        }
+    }
+}
+
+/// The SDKs route a response by its id, whatever HTTP answer carries it:
+/// an upstream that answers a ping's POST with a JSON batch holding the
+/// response to a `tools/list` in flight on another POST would deliver a
+/// list no filter read (found by the attack review). A POST's JSON answer
+/// that holds a response to an id the POST did not send is cut before its
+/// end, in every spelling; the caller never gets a whole document to
+/// dispatch.
+#[tokio::test]
+async fn a_json_answer_holding_another_requests_response_is_cut() {
+    let up = Upstream::start().await;
+    let p = Proxy::start_with_policies(
+        Proxy::dir(),
+        |c| c.tools_list_max_bytes = 1024,
+        policies_with(&["tool-deny-list"]),
+    )
+    .await;
+    let a = p.agent("gh", &up.url("/json-raw"), "agent").await;
+    let ping = r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#;
+    let pong = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
+    let list = tools_result(&"l1".into()).to_string();
+    let hostile: Vec<(&str, String, &str)> = vec![
+        (
+            "a batch with the other request's list",
+            format!("[{pong},{list}]"),
+            "application/json",
+        ),
+        ("the list alone", list.clone(), "application/json"),
+        (
+            "the id as Go reads it",
+            list.replacen("\"id\"", "\"ID\"", 1),
+            "application/json",
+        ),
+        (
+            "the id twice, ours first",
+            list.replacen("\"id\":\"l1\"", "\"id\":9,\"id\":\"l1\"", 1),
+            "application/json",
+        ),
+        (
+            "the id twice, ours last",
+            list.replacen("\"id\":\"l1\"", "\"id\":\"l1\",\"Id\":9", 1),
+            "application/json",
+        ),
+        (
+            "`tools` escaped",
+            format!(
+                "[{pong},{}]",
+                list.replacen("\"tools\"", "\"tool\\u0073\"", 1)
+            ),
+            "application/json",
+        ),
+        (
+            "`TOOLS` as Go reads it",
+            list.replacen("\"tools\"", "\"TOOLS\"", 1),
+            "application/json",
+        ),
+        (
+            "not JSON tessera can read (a lone surrogate)",
+            format!(
+                "[{pong},{}]",
+                list.replacen("\"nextCursor\":\"c2\"", "\"nextCursor\":\"\\ud800\"", 1)
+            ),
+            "application/json",
+        ),
+        (
+            "SSE under a type a client reads as SSE",
+            format!("event: message\ndata: {list}\n\n"),
+            "application/json, text/event-stream",
+        ),
+        (
+            "larger than tessera keeps",
+            format!(
+                "[{pong},{list},{}]",
+                format!("{pong},").repeat(40).trim_end_matches(',')
+            ),
+            "application/json",
+        ),
+    ];
+    for (what, body, ctype) in &hostile {
+        for split in [false, true] {
+            let got = json_raw(&a, ping, body.as_bytes(), ctype, split).await;
+            let Err(got) = got else {
+                panic!("{what} (split {split}): passed whole: {got:?}");
+            };
+            assert!(
+                got.len() < body.len(),
+                "{what} (split {split}): all of it arrived"
+            );
+            assert!(
+                !body.as_bytes().starts_with(b"[") || !got.ends_with(b"]"),
+                "{what}"
+            );
+        }
+    }
+    // Nothing hostile is lost from view: each cut answer is logged.
+    // Answers to the POST's own requests pass whole, even when they spell
+    // `tools`, re-escape the id, or answer with a null id; answers that
+    // cannot list tools pass unread, whatever their size.
+    let fine: Vec<(&str, String)> = vec![
+        ("a ping's answer", pong.to_string()),
+        (
+            "a result naming tools",
+            r#"{"jsonrpc":"2.0","id":9,"result":{"tools":"x"}}"#.into(),
+        ),
+        (
+            "the id re-escaped",
+            r#"{"jsonrpc":"2.0","id":9,"result":{"text":"tool \u00e9"}}"#.into(),
+        ),
+        (
+            "an error with a null id",
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no tool"}}"#.into(),
+        ),
+        (
+            "a large answer that cannot list tools",
+            format!(
+                r#"{{"jsonrpc":"2.0","id":8,"result":{{"text":"{}"}}}}"#,
+                "a".repeat(3_000)
+            ),
+        ),
+    ];
+    for (what, body) in &fine {
+        for split in [false, true] {
+            let got = json_raw(&a, ping, body.as_bytes(), "application/json", split).await;
+            assert_eq!(
+                got.as_deref(),
+                Ok(body.as_bytes()),
+                "{what} (split {split})"
+            );
+        }
+    }
+    // A string id sent escaped and echoed plain is the same id.
+    let sent = r#"{"jsonrpc":"2.0","id":"p\u0031","method":"ping"}"#;
+    let body = r#"{"jsonrpc":"2.0","id":"p1","result":{"tools":[]}}"#;
+    let got = json_raw(&a, sent, body.as_bytes(), "application/json", true).await;
+    assert_eq!(got.as_deref(), Ok(body.as_bytes()));
+    // A batch's answer may answer each of its requests.
+    let sent = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"two","method":"ping"}]"#;
+    let body = r#"[{"jsonrpc":"2.0","id":"two","result":{"tools":[]}},{"jsonrpc":"2.0","id":1,"result":{}}]"#;
+    let got = json_raw(&a, sent, body.as_bytes(), "application/json", false).await;
+    assert_eq!(got.as_deref(), Ok(body.as_bytes()));
+}

@@ -1,10 +1,12 @@
 //! The response side: what comes back from the upstream on its way to the
 //! caller. [`headers`] filters the head, [`tool_list`] cuts `tools/list`
-//! answers (JSON and SSE) to the tools a caller may call; the redactor
+//! answers (JSON and SSE) to the tools a caller may call, [`own_answers`]
+//! keeps a POST's JSON answer to that POST's own requests; the redactor
 //! ([`crate::redact`]) replaces the injected secret in every byte.
 
 pub mod body;
 pub mod headers;
+pub mod own_answers;
 pub mod tool_list;
 
 use http::{header, HeaderName};

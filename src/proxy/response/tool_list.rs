@@ -53,6 +53,10 @@ pub enum ListError {
     TooLarge(usize),
     #[error("the upstream's tools/list answer is not JSON tessera can read")]
     Unreadable,
+    /// The JSON answer to a POST holds a response to a request that POST
+    /// did not send (`crate::proxy::response::own_answers`).
+    #[error("the upstream's JSON answer holds a response to a request its POST did not send")]
+    Foreign,
     // Neither message holds what the upstream sent: a header of its choosing
     // would otherwise reach the caller in tessera's own words.
     #[error("the upstream's tools/list answer is still content-coded; tessera must read it to filter it")]
@@ -353,7 +357,7 @@ fn event_end(b: &[u8]) -> Option<usize> {
 }
 
 /// Whether `b` holds `tool` in any letter case.
-fn names_tools(b: &[u8]) -> bool {
+pub(crate) fn names_tools(b: &[u8]) -> bool {
     memchr::memchr2_iter(b't', b'T', b).any(|i| {
         b.get(i + 1..i + 4)
             .is_some_and(|rest| rest.eq_ignore_ascii_case(b"ool"))
