@@ -13,9 +13,9 @@ pub struct ToolView {
     pub tool: String,
     /// `pinned`, `changed`, `new` or `rejected`.
     pub status: String,
-    /// Unix milliseconds.
+    /// Unix seconds, as every listing's times (`created_at`).
     pub first_seen: i64,
-    /// Unix milliseconds: when a new definition of it was last recorded.
+    /// Unix seconds: when a new definition of it was last recorded.
     pub last_seen: i64,
     pub pinned_digest: Option<String>,
     pub offered_digest: Option<String>,
@@ -26,8 +26,8 @@ impl From<ToolPinRow> for ToolView {
         ToolView {
             tool: r.tool,
             status: r.status,
-            first_seen: r.first_seen,
-            last_seen: r.last_seen,
+            first_seen: r.first_seen.div_euclid(1000),
+            last_seen: r.last_seen.div_euclid(1000),
             pinned_digest: r.pinned_digest,
             offered_digest: r.offered_digest,
         }

@@ -51,8 +51,9 @@ pub(crate) enum ToolCmd {
     },
 }
 
-fn when(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+/// A time as a person reads it (UTC, to the second).
+fn when(secs: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64);
     let s = tessera::telemetry::log::rfc3339(t);
     s.get(..19).map(|s| format!("{s}Z")).unwrap_or(s)
 }
