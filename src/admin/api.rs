@@ -1107,8 +1107,9 @@ use crate::admin::tool_pins::{self, ToolDiff, ToolView};
 /// A credential's tools as pinning sees them: `pinned`, `changed` (its
 /// upstream offers another definition than the one pinned), `new` (not
 /// pinned yet) or `rejected` (kept hidden), with first and last seen.
+/// 404: no credential of that name.
 #[utoipa::path(get, path = "/v1/credentials/{name}/tools", tag = "tools", params(NamePath),
-    responses((status = 200, body = Vec<ToolView>), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+    responses((status = 200, body = Vec<ToolView>), (status = 404, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn list_tools(
     AxState(s): AxState<Arc<State>>,
     Path(name): Path<String>,

@@ -34,11 +34,11 @@ impl From<ToolPinRow> for ToolView {
     }
 }
 
-/// `credential`'s tools, by name.
+/// `credential`'s tools, by name (no credential of that name: an error).
 pub async fn tools(store: &Store, credential: &str) -> Result<Vec<ToolView>, AdminError> {
     check_name(credential)?;
     Ok(store
-        .tool_pins_of(credential)
+        .tool_pins_of_credential(credential)
         .await?
         .into_iter()
         .map(ToolView::from)
@@ -66,7 +66,7 @@ pub async fn tool_diff(
 ) -> Result<ToolDiff, AdminError> {
     check_name(credential)?;
     let row = store
-        .tool_pins_of(credential)
+        .tool_pins_of_credential(credential)
         .await?
         .into_iter()
         .find(|r| r.tool == tool)

@@ -216,6 +216,13 @@ impl Store {
                     .fetch_optional(&mut **t)
                     .await?
             });
+            if exists.is_none() && !Self::credential_exists(&mut tx, credential).await? {
+                on!(tx, t => t.rollback().await?);
+                return Err(StoreError::NotFound {
+                    kind: "credential",
+                    name: credential.to_string(),
+                });
+            }
             on!(tx, t => t.rollback().await?);
             return Err(match (exists, tool) {
                 (None, Some(t)) => StoreError::NotFound {
@@ -242,5 +249,33 @@ impl Store {
         Self::bump(&mut tx).await?;
         self.commit(tx).await?;
         Ok(tools)
+    }
+
+    async fn credential_exists(tx: &mut Tx, credential: &str) -> Result<bool, StoreError> {
+        let sql = "SELECT COUNT(*) FROM credentials WHERE name = $1";
+        let n: i64 = on!(tx, t => {
+            sqlx::query_scalar(sql).bind(credential).fetch_one(&mut **t).await?
+        });
+        Ok(n > 0)
+    }
+
+    /// One credential's pins, by tool name; an error if no credential has
+    /// that name (a name mistyped is not a credential without tools).
+    pub async fn tool_pins_of_credential(
+        &self,
+        credential: &str,
+    ) -> Result<Vec<ToolPinRow>, StoreError> {
+        let sql = "SELECT COUNT(*) FROM credentials WHERE name = $1";
+        let n: i64 = on!(&self.db, p => {
+            sqlx::query_scalar(sql).bind(credential).fetch_one(p).await?
+        });
+        if n == 0 {
+            return Err(StoreError::NotFound {
+                kind: "credential",
+                name: credential.to_string(),
+            });
+        }
+        let rows = self.tool_pins_of(credential).await?;
+        Ok(rows)
     }
 }

@@ -209,6 +209,16 @@ fn ok(o: std::process::Output) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// A command that must fail: its stderr.
+fn fails(o: std::process::Output) -> String {
+    assert!(
+        !o.status.success(),
+        "succeeded: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8(o.stderr).unwrap()
+}
+
 #[tokio::test]
 async fn a_changed_description_is_held_until_an_admin_accepts_it() {
     let up = Tools::start(&list_of(&[SEARCH, READ])).await;
@@ -324,6 +334,63 @@ async fn a_changed_description_is_held_until_an_admin_accepts_it() {
         "{metrics}"
     );
     assert!(metrics.contains("reason=\"tool_pinning\""), "{metrics}");
+}
+
+/// Found by a new user: a mistyped credential listed no tools and
+/// succeeded, as if it had none.
+#[tokio::test]
+async fn a_credential_that_does_not_exist_is_an_error() {
+    use crate::admin_api::{admin_api, admin_token};
+    let up = Tools::start(&list_of(&[SEARCH])).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let _a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    // One that exists with no tools yet: an empty list.
+    let o = p.cli(&["tool", "list", "--credential", "gh", "--json"]);
+    assert_eq!(ok(o).trim(), "[]");
+
+    for args in [
+        vec!["tool", "list", "--credential", "nope"],
+        vec!["tool", "diff", "--credential", "nope", "search"],
+        vec!["tool", "accept", "--credential", "nope", "search"],
+        vec!["tool", "accept", "--credential", "nope", "--all"],
+        vec!["tool", "reject", "--credential", "nope", "search"],
+    ] {
+        let err = fails(p.cli(&args));
+        assert!(
+            err.contains(r#"no credential named "nope""#),
+            "{args:?}: {err}"
+        );
+    }
+    let err = fails(p.cli(&["tool", "list", "--credential", "nope", "--json"]));
+    let v: Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(v["error"], r#"no credential named "nope""#);
+
+    // The admin API answers 404, as for another credential-scoped route.
+    let api = admin_api(&p).await;
+    let token = admin_token(&p, "ops");
+    for (method, path) in [
+        ("GET", "/v1/credentials/nope/tools"),
+        ("GET", "/v1/credentials/nope/tools/diff?tool=search"),
+        ("DELETE", "/v1/credentials/nope"),
+    ] {
+        let r = client()
+            .request(method.parse().unwrap(), format!("{api}{path}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"], r#"no credential named "nope""#, "{path}");
+    }
+    let r = client()
+        .post(format!("{api}/v1/credentials/nope/tools/accept"))
+        .bearer_auth(&token)
+        .json(&json!({"tool": "search"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
 }
 
 #[tokio::test]
