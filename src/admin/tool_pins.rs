@@ -113,7 +113,6 @@ pub fn diff_row(row: ToolPinRow) -> ToolDiff {
 /// and the one it may swap in, so a short prefix is a collision it can
 /// search for (12 digits: about 2^24 tries), not a second preimage.
 pub fn check_digest(d: &str) -> Result<String, AdminError> {
-    let d = d.trim();
     if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(d.to_ascii_lowercase())
     } else {
