@@ -1106,9 +1106,10 @@ use crate::admin::tool_pins::{self, ToolDiff, ToolView};
 
 /// A credential's tools as pinning sees them: `pinned`, `changed` (its
 /// upstream offers another definition than the one pinned), `new` (not
-/// pinned yet) or `rejected` (kept hidden), with first and last seen.
+/// pinned yet) or `rejected` (kept hidden), with first and last seen and
+/// the pinned and offered digests. 404: no credential of that name.
 #[utoipa::path(get, path = "/v1/credentials/{name}/tools", tag = "tools", params(NamePath),
-    responses((status = 200, body = Vec<ToolView>), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
+    responses((status = 200, body = Vec<ToolView>), (status = 404, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn list_tools(
     AxState(s): AxState<Arc<State>>,
     Path(name): Path<String>,
@@ -1124,7 +1125,8 @@ struct ToolQuery {
     tool: String,
 }
 
-/// A tool's pinned and offered definitions and their unified diff.
+/// A tool's pinned and offered definitions, their digests and their
+/// unified diff. Accept with `offered_digest` to pin this definition only.
 #[utoipa::path(get, path = "/v1/credentials/{name}/tools/diff", tag = "tools", params(NamePath, ToolQuery),
     responses((status = 200, body = ToolDiff), (status = 404, body = ApiError), (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn tool_diff(
@@ -1144,6 +1146,30 @@ pub struct ToolReview {
     tool: Option<String>,
     #[serde(default)]
     all: bool,
+}
+
+/// Which tools to accept: one by name, or every one awaiting review
+/// (`all`, as offered now). With `digest` (one tool only), the tool is
+/// accepted only while its upstream still offers the definition of that
+/// digest (the `offered_digest` of the diff reviewed): else 409 and
+/// nothing changes.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolAccept {
+    #[schema(min_length = 1)]
+    tool: Option<String>,
+    #[serde(default)]
+    all: bool,
+    /// Hex SHA-256 of the definition to pin: all 64 digits.
+    #[schema(pattern = "^[0-9A-Fa-f]{64}$")]
+    digest: Option<String>,
+}
+
+/// The tools an acceptance pinned, and the digest each was pinned at.
+#[derive(Serialize, ToSchema)]
+pub struct Accepted {
+    tools: Vec<String>,
+    pinned: Vec<crate::store::tool_pins::PinnedTool>,
 }
 
 impl ToolReview {
@@ -1166,21 +1192,28 @@ pub struct Reviewed {
 }
 
 /// Pin the offered definition of a tool (or of every changed or new tool):
-/// it is listed and callable again within a second.
+/// it is listed and callable again within a second. 409: nothing to
+/// review, or `digest` is no longer the definition offered (it changed
+/// after it was reviewed; nothing was accepted).
 #[utoipa::path(post, path = "/v1/credentials/{name}/tools/accept", tag = "tools", params(NamePath),
-    request_body = ToolReview,
-    responses((status = 200, body = Reviewed), (status = 400, body = ApiError), (status = 415, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError),
+    request_body = ToolAccept,
+    responses((status = 200, body = Accepted), (status = 400, body = ApiError), (status = 415, body = ApiError), (status = 404, body = ApiError), (status = 409, body = ApiError),
         (status = 422, body = ApiError), (status = 401, body = ApiError)))]
 async fn accept_tools(
     AxState(s): AxState<Arc<State>>,
     Extension(Admin(actor)): Extension<Admin>,
     Path(name): Path<String>,
-    Body(b): Body<ToolReview>,
-) -> ApiResult<Json<Reviewed>> {
-    let tools = service::Admin::new(&s.store, &actor)
-        .tool_accept(&name, b.target()?)
+    Body(b): Body<ToolAccept>,
+) -> ApiResult<Json<Accepted>> {
+    let review = ToolReview {
+        tool: b.tool,
+        all: b.all,
+    };
+    let pinned = service::Admin::new(&s.store, &actor)
+        .tool_accept(&name, review.target()?, b.digest.as_deref())
         .await?;
-    Ok(Json(Reviewed { tools }))
+    let tools = pinned.iter().map(|p| p.tool.clone()).collect();
+    Ok(Json(Accepted { tools, pinned }))
 }
 
 /// Keep a tool's offered definition (or every changed or new tool's)

@@ -26,10 +26,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use crate::admin::service;
+use crate::admin::service::{self, AdminError};
 use crate::crypto::keyring::ExposeSecret;
 use crate::crypto::tokens::token_digest;
 use crate::state::State;
+use crate::store::StoreError;
 
 const COOKIE: &str = "tessera_ui";
 const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
@@ -802,22 +803,24 @@ async fn tools_view(
     let mut shown = 0;
     for r in rows.into_iter().filter(|r| r.status != "pinned") {
         shown += 1;
-        let (credential, tool, status, seen) = (
+        let (credential, tool, status, seen, offered) = (
             r.credential.clone(),
             r.tool.clone(),
             r.status.clone(),
             time(r.last_seen),
+            r.offered_digest.clone().unwrap_or_default(),
         );
         let d = crate::admin::tool_pins::diff_row(r);
         let _ = write!(
             b,
             "<section class=tool><h2>{} <small>on {}</small> <span class=\"s-{}\">{}</span></h2>\
-             <p class=muted>last seen {}</p><pre>{}</pre>",
+             <p class=muted>last seen {} · offered digest <code>{}</code></p><pre>{}</pre>",
             esc(&tool),
             esc(&credential),
             esc(&status),
             esc(&status),
             esc(&seen),
+            esc(&offered),
             esc(&d.diff),
         );
         for (decision, label) in [("accept", "Accept"), ("reject", "Reject")] {
@@ -830,10 +833,14 @@ async fn tools_view(
                  <input type=hidden name=csrf value=\"{}\">\
                  <input type=hidden name=credential value=\"{}\">\
                  <input type=hidden name=tool value=\"{}\">\
+                 <input type=hidden name=digest value=\"{}\">\
                  <button type=submit>{label}</button></form> ",
                 esc(&who.csrf),
                 esc(&credential),
                 esc(&tool),
+                // Accept pins the definition shown above, not whatever
+                // the upstream offers by the time of the click.
+                esc(&offered),
             );
         }
         b.push_str("</section>");
@@ -851,6 +858,9 @@ struct ToolForm {
     csrf: String,
     credential: String,
     tool: String,
+    /// The offered digest of the definition the page showed.
+    #[serde(default)]
+    digest: String,
 }
 
 async fn review_tool(
@@ -870,13 +880,41 @@ async fn review_tool(
     }
     let admin = service::Admin::new(&c.state.store, &who.admin);
     let done = match decision.as_str() {
-        "accept" => admin.tool_accept(&f.credential, Some(&f.tool)).await,
-        "reject" => admin.tool_reject(&f.credential, Some(&f.tool)).await,
+        // Only the definition the page showed: a form without its digest
+        // (a page from before digests) accepts nothing.
+        "accept" if f.digest.is_empty() => Err(
+            "This page did not say which definition to accept: nothing was accepted. Review the tool below and accept again.".to_string(),
+        ),
+        "accept" => match admin
+            .tool_accept(&f.credential, Some(&f.tool), Some(&f.digest))
+            .await
+        {
+            Err(AdminError::Store(StoreError::Unchanged { .. }))
+                if c.state.store.tool_pins_of(&f.credential).await.is_ok_and(|rows| {
+                    rows.iter().any(|r| {
+                        r.tool == f.tool
+                            && r.status != "pinned"
+                            && r.offered_digest.as_deref() != Some(f.digest.as_str())
+                    })
+                }) =>
+            {
+                Err(format!(
+                    "The definition of tool {:?} on {:?} changed after this page showed it: nothing was accepted. Its new definition is below; review it and accept again.",
+                    f.tool, f.credential
+                ))
+            }
+            r => r.map(|_| ()).map_err(|e| e.to_string()),
+        },
+        "reject" => admin
+            .tool_reject(&f.credential, Some(&f.tool))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         _ => return (StatusCode::NOT_FOUND, "no such decision").into_response(),
     };
     match done {
-        Ok(_) => Redirect::to("/ui/tools").into_response(),
-        Err(e) => tools_view(&c, &who, Some(&e.to_string()), StatusCode::CONFLICT).await,
+        Ok(()) => Redirect::to("/ui/tools").into_response(),
+        Err(e) => tools_view(&c, &who, Some(&e), StatusCode::CONFLICT).await,
     }
 }
 

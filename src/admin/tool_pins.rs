@@ -5,6 +5,7 @@
 
 use crate::admin::service::{check_name, Action, Admin, AdminError};
 use crate::store::model::ToolPinRow;
+use crate::store::tool_pins::PinnedTool;
 use crate::store::Store;
 
 /// One tool of a credential, as an admin reviews it.
@@ -13,11 +14,15 @@ pub struct ToolView {
     pub tool: String,
     /// `pinned`, `changed`, `new` or `rejected`.
     pub status: String,
-    /// Unix milliseconds.
+    /// Unix seconds, as every listing's times (`created_at`).
     pub first_seen: i64,
-    /// Unix milliseconds: when a new definition of it was last recorded.
+    /// Unix seconds: when a new definition of it was last recorded.
     pub last_seen: i64,
+    /// Hex SHA-256 of the canonical definition pinned (none: never
+    /// accepted).
     pub pinned_digest: Option<String>,
+    /// Hex SHA-256 of the definition last offered: what an acceptance
+    /// with this `digest` pins, and nothing else.
     pub offered_digest: Option<String>,
 }
 
@@ -26,19 +31,19 @@ impl From<ToolPinRow> for ToolView {
         ToolView {
             tool: r.tool,
             status: r.status,
-            first_seen: r.first_seen,
-            last_seen: r.last_seen,
+            first_seen: r.first_seen.div_euclid(1000),
+            last_seen: r.last_seen.div_euclid(1000),
             pinned_digest: r.pinned_digest,
             offered_digest: r.offered_digest,
         }
     }
 }
 
-/// `credential`'s tools, by name.
+/// `credential`'s tools, by name (no credential of that name: an error).
 pub async fn tools(store: &Store, credential: &str) -> Result<Vec<ToolView>, AdminError> {
     check_name(credential)?;
     Ok(store
-        .tool_pins_of(credential)
+        .tool_pins_of_credential(credential)
         .await?
         .into_iter()
         .map(ToolView::from)
@@ -54,6 +59,11 @@ pub struct ToolDiff {
     pub pinned: Option<String>,
     /// The definition last offered, pretty-printed.
     pub offered: Option<String>,
+    /// Hex SHA-256 of the pinned definition.
+    pub pinned_digest: Option<String>,
+    /// Hex SHA-256 of the offered definition: give it to accept (`digest`)
+    /// to pin this definition and no other.
+    pub offered_digest: Option<String>,
     /// A unified diff from `pinned` to `offered` (empty: the same).
     pub diff: String,
 }
@@ -66,7 +76,7 @@ pub async fn tool_diff(
 ) -> Result<ToolDiff, AdminError> {
     check_name(credential)?;
     let row = store
-        .tool_pins_of(credential)
+        .tool_pins_of_credential(credential)
         .await?
         .into_iter()
         .find(|r| r.tool == tool)
@@ -92,7 +102,23 @@ pub fn diff_row(row: ToolPinRow) -> ToolDiff {
         status: row.status,
         pinned,
         offered,
+        pinned_digest: row.pinned_digest,
+        offered_digest: row.offered_digest,
         diff,
+    }
+}
+
+/// A digest as given to accept: the 64 hex digits `tool diff` prints, in
+/// either case. No prefix: the upstream chooses both the definition shown
+/// and the one it may swap in, so a short prefix is a collision it can
+/// search for (12 digits: about 2^24 tries), not a second preimage.
+pub fn check_digest(d: &str) -> Result<String, AdminError> {
+    if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(d.to_ascii_lowercase())
+    } else {
+        Err(AdminError::Refused(
+            "invalid digest: give all 64 hex digits of the offered digest `tessera tool diff` prints",
+        ))
     }
 }
 
@@ -124,16 +150,27 @@ pub fn unified(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
 
 impl Admin<'_> {
     /// Accept `tool`'s offered definition as its pin (`None`: every tool
-    /// of `credential` that is changed or new). Returns the tools accepted.
+    /// of `credential` that is changed or new). With `digest` (one tool
+    /// only), only while the definition offered is still the one of that
+    /// digest, the one the admin reviewed: else nothing changes, and the
+    /// error (409 on the API) says it changed. Returns the tools pinned
+    /// and the digest each was pinned at, which the admin audit records.
     pub async fn tool_accept(
         &self,
         credential: &str,
         tool: Option<&str>,
-    ) -> Result<Vec<String>, AdminError> {
+        digest: Option<&str>,
+    ) -> Result<Vec<PinnedTool>, AdminError> {
         check_name(credential)?;
+        let digest = digest.map(check_digest).transpose()?;
+        if digest.is_some() && tool.is_none() {
+            return Err(AdminError::Refused(
+                "a digest names one tool's definition: give the tool with it, not all",
+            ));
+        }
         let target = format!("{credential}/{}", tool.unwrap_or("*"));
         self.record(Action::ToolAccept, &target, async |s| {
-            Ok(s.accept_tools(credential, tool).await?)
+            Ok(s.accept_tools(credential, tool, digest.as_deref()).await?)
         })
         .await
     }

@@ -560,7 +560,9 @@ async fn record(
                     tool = %c.tool,
                     status = %c.status,
                     digest = %c.digest,
-                    "a tool's definition is not the one pinned: it is held until an admin reviews it (tessera tool diff)"
+                    "a tool's definition is not the one pinned: it is held until an admin reviews it (tessera tool diff --credential {} TOOL, then tessera tool accept --credential {} TOOL --digest DIGEST, or reject)",
+                    o.credential,
+                    o.credential
                 );
                 metrics.tool_change(&o.credential);
             }

@@ -11,13 +11,15 @@ use super::*;
 #[derive(Subcommand)]
 pub(crate) enum ToolCmd {
     /// A credential's tools: name, status (pinned, changed, new,
-    /// rejected), first and last seen.
+    /// rejected), first and last seen (--json: with the pinned and offered
+    /// digests).
     List {
         #[arg(long)]
         credential: String,
     },
     /// A unified diff of a tool's pinned definition and the one its
-    /// upstream offers now.
+    /// upstream offers now, and the offered definition's digest (to accept
+    /// exactly it: accept --digest).
     Diff {
         #[arg(long)]
         credential: String,
@@ -25,15 +27,21 @@ pub(crate) enum ToolCmd {
         tool: String,
     },
     /// Pin the offered definition: the tool is listed and callable again
-    /// within a second (one snapshot refresh).
+    /// within a second (one snapshot refresh). Prints each tool pinned and
+    /// the digest it was pinned at.
     Accept {
         #[arg(long)]
         credential: String,
         /// The tool's name, exactly as listed.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         tool: Option<String>,
-        /// Every tool of the credential that is changed or new (rejected
-        /// ones stay rejected: accept each by name).
+        /// The offered digest `tool diff` printed (all 64 hex digits):
+        /// accept only if the upstream still offers that definition, the
+        /// one reviewed; else nothing changes and the command fails.
+        #[arg(long, conflicts_with = "all")]
+        digest: Option<String>,
+        /// Every tool of the credential that is changed or new, as offered
+        /// now (rejected ones stay rejected: accept each by name).
         #[arg(long)]
         all: bool,
     },
@@ -51,8 +59,9 @@ pub(crate) enum ToolCmd {
     },
 }
 
-fn when(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+/// A time as a person reads it (UTC, to the second).
+fn when(secs: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64);
     let s = tessera::telemetry::log::rfc3339(t);
     s.get(..19).map(|s| format!("{s}Z")).unwrap_or(s)
 }
@@ -76,27 +85,63 @@ pub(crate) async fn tool(at: &Place, c: ToolCmd) -> Result<()> {
             let d = tool_pins::tool_diff(&store, &credential, &tool).await?;
             if at.json {
                 out!("{}", serde_json::to_string_pretty(&d)?);
-            } else if d.diff.is_empty() {
-                out!("tool {tool:?} of credential {credential:?} is {}: its offered definition is the pinned one", d.status);
             } else {
-                out!("tool {tool:?} of credential {credential:?} is {}", d.status);
-                out!("{}", d.diff.trim_end());
+                if d.diff.is_empty() {
+                    out!("tool {tool:?} of credential {credential:?} is {}: its offered definition is the pinned one", d.status);
+                } else {
+                    out!("tool {tool:?} of credential {credential:?} is {}", d.status);
+                    // The definitions are the upstream's words: each line
+                    // printable (no escape sequence reaches the terminal).
+                    for line in d.diff.trim_end().lines() {
+                        out!("{}", tessera::telemetry::log::printable(line));
+                    }
+                }
+                if let Some(offered) = &d.offered_digest {
+                    out!("offered digest: {offered}");
+                    if d.status != "pinned" {
+                        // The name is the upstream's words: quoted as the
+                        // shell reads it back, and printable.
+                        out!(
+                            "accept exactly this definition: tessera tool accept --credential {credential} {} --digest {offered}",
+                            shell_word(&tool)
+                        );
+                    }
+                }
             }
         }
         ToolCmd::Accept {
             credential,
             tool,
+            digest,
             all: _,
         } => {
             let done = Admin::new(&store, CLI)
-                .tool_accept(&credential, tool.as_deref())
+                .tool_accept(&credential, tool.as_deref(), digest.as_deref())
                 .await?;
+            if tool.is_some() && digest.is_none() && !at.json {
+                eprintln!(
+                    "note: accepted without --digest: the definition pinned is the one offered at this moment; \
+                     to accept only the one you reviewed, give --digest from `tessera tool diff`"
+                );
+            }
+            let lines: Vec<String> = done
+                .iter()
+                .map(|p| {
+                    format!(
+                        "  {} {}",
+                        tessera::telemetry::log::printable(&p.tool),
+                        p.digest
+                    )
+                })
+                .collect();
+            let names: Vec<&str> = done.iter().map(|p| p.tool.as_str()).collect();
             at.say(
                 format!(
-                    "accepted for credential {credential}: {} (listed and callable within a second)",
-                    done.join(", ")
+                    "accepted for credential {credential}: {} (listed and callable within a second); pinned at:\n{}",
+                    tessera::telemetry::log::printable(&names.join(", ")),
+                    lines.join("\n")
                 ),
-                serde_json::json!({"credential": credential, "accepted": done}),
+                serde_json::json!({"credential": credential, "accepted": names, "pinned": done}),
             );
         }
         ToolCmd::Reject {
@@ -117,4 +162,19 @@ pub(crate) async fn tool(at: &Place, c: ToolCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `s` as one shell word: bare when it is plain, else single-quoted, and
+/// printable either way (a name an upstream chose cannot colour the
+/// terminal).
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:@+=,".contains(&b));
+    let s = if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    };
+    tessera::telemetry::log::printable(&s).into_owned()
 }

@@ -142,30 +142,70 @@ impl Store {
     }
 
     /// Accept the offered definition of `tool` (every tool awaiting review,
-    /// rejected ones aside, with `None`) as its pin. Returns the tools
-    /// accepted; none is an error naming why.
+    /// rejected ones aside, with `None`) as its pin. With `digest`, only
+    /// while the definition offered is still the one of that digest: the
+    /// check and the pin are one `UPDATE`, so a definition the upstream
+    /// changed after it was reviewed is never pinned in its place. Returns
+    /// the tools pinned with the digest each was pinned at (the `UPDATE`'s
+    /// own rows); none is an error naming why, and changes nothing.
     pub async fn accept_tools(
         &self,
         credential: &str,
         tool: Option<&str>,
-    ) -> Result<Vec<String>, StoreError> {
-        let (select, update) = match tool {
-            Some(_) => (
-                "SELECT tool FROM tool_pins WHERE credential = $1 AND tool = $2 \
-                 AND offered_digest IS NOT NULL AND status <> 'pinned' ORDER BY tool",
+        digest: Option<&str>,
+    ) -> Result<Vec<PinnedTool>, StoreError> {
+        let update = match tool {
+            Some(_) => {
                 "UPDATE tool_pins SET status = 'pinned', pinned_digest = offered_digest, \
                  pinned_definition = offered_definition WHERE credential = $1 AND tool = $2 \
-                 AND offered_digest IS NOT NULL AND status <> 'pinned'",
-            ),
-            None => (
-                "SELECT tool FROM tool_pins WHERE credential = $1 AND (tool = $2 OR $2 = '') \
-                 AND offered_digest IS NOT NULL AND status IN ('changed', 'new') ORDER BY tool",
+                 AND offered_digest IS NOT NULL AND status <> 'pinned' \
+                 AND (offered_digest = $3 OR $3 = '') RETURNING tool, pinned_digest"
+            }
+            None => {
                 "UPDATE tool_pins SET status = 'pinned', pinned_digest = offered_digest, \
                  pinned_definition = offered_definition WHERE credential = $1 AND (tool = $2 OR $2 = '') \
-                 AND offered_digest IS NOT NULL AND status IN ('changed', 'new')",
-            ),
+                 AND offered_digest IS NOT NULL AND status IN ('changed', 'new') \
+                 AND (offered_digest = $3 OR $3 = '') RETURNING tool, pinned_digest"
+            }
         };
-        self.review(credential, tool, select, update).await
+        let mut tx = self.begin().await?;
+        let arg = tool.unwrap_or("");
+        let mut pinned: Vec<(String, String)> = on!(&mut tx, t => {
+            sqlx::query_as(update)
+                .bind(credential)
+                .bind(arg)
+                .bind(digest.unwrap_or(""))
+                .fetch_all(&mut **t)
+                .await?
+        });
+        if pinned.is_empty() {
+            let why = self.why_nothing(&mut tx, credential, tool, digest).await;
+            on!(tx, t => t.rollback().await?);
+            return Err(why?);
+        }
+        pinned.sort();
+        // The admin audit names each tool with the digest it was pinned
+        // at, in the transaction that pinned it.
+        let acting = self
+            .acting
+            .as_ref()
+            .filter(|a| !a.recorded.load(Ordering::Relaxed));
+        if let Some(a) = acting {
+            for (tool, digest) in &pinned {
+                let target = format!("{credential}/{tool}");
+                let outcome = format!("ok: pinned {digest}");
+                Self::insert_admin_audit(&mut tx, &a.actor, &a.action, &target, &outcome).await?;
+            }
+        }
+        Self::bump(&mut tx).await?;
+        on!(tx, t => t.commit().await?);
+        if let Some(a) = acting {
+            a.recorded.store(true, Ordering::Relaxed);
+        }
+        Ok(pinned
+            .into_iter()
+            .map(|(tool, digest)| PinnedTool { tool, digest })
+            .collect())
     }
 
     /// Keep `tool`'s offered definition hidden (every tool awaiting review
@@ -209,32 +249,9 @@ impl Store {
             sqlx::query_scalar(select).bind(credential).bind(arg).fetch_all(&mut **t).await?
         });
         if tools.is_empty() {
-            let exists: Option<String> = on!(&mut tx, t => {
-                sqlx::query_scalar("SELECT tool FROM tool_pins WHERE credential = $1 AND (tool = $2 OR $2 = '')")
-                    .bind(credential)
-                    .bind(arg)
-                    .fetch_optional(&mut **t)
-                    .await?
-            });
+            let why = self.why_nothing(&mut tx, credential, tool, None).await;
             on!(tx, t => t.rollback().await?);
-            return Err(match (exists, tool) {
-                (None, Some(t)) => StoreError::NotFound {
-                    kind: "tool",
-                    name: format!("{credential}/{t}"),
-                },
-                (None, None) => StoreError::NotFound {
-                    kind: "pinned tool of credential",
-                    name: credential.to_string(),
-                },
-                (Some(_), Some(t)) => StoreError::Unchanged {
-                    what: format!(
-                        "tool {t:?} of credential {credential:?} has nothing to review in that way"
-                    ),
-                },
-                (Some(_), None) => StoreError::Unchanged {
-                    what: format!("no tool of credential {credential:?} awaits review"),
-                },
-            });
+            return Err(why?);
         }
         on!(&mut tx, t => {
             sqlx::query(update).bind(credential).bind(arg).execute(&mut **t).await?;
@@ -243,4 +260,98 @@ impl Store {
         self.commit(tx).await?;
         Ok(tools)
     }
+
+    /// Why a review changed nothing: no such credential or tool, a
+    /// definition offered now that is not the one of `digest`, or nothing
+    /// to review in that way.
+    async fn why_nothing(
+        &self,
+        tx: &mut Tx,
+        credential: &str,
+        tool: Option<&str>,
+        digest: Option<&str>,
+    ) -> Result<StoreError, StoreError> {
+        let arg = tool.unwrap_or("");
+        let sql = "SELECT status, offered_digest FROM tool_pins WHERE credential = $1 \
+                   AND (tool = $2 OR $2 = '') ORDER BY tool";
+        let rows: Vec<(String, Option<String>)> = on!(tx, t => {
+            sqlx::query_as(sql).bind(credential).bind(arg).fetch_all(&mut **t).await?
+        });
+        if rows.is_empty() && !Self::credential_exists(tx, credential).await? {
+            return Ok(StoreError::NotFound {
+                kind: "credential",
+                name: credential.to_string(),
+            });
+        }
+        let awaiting = |r: &&(String, Option<String>)| match tool {
+            Some(_) => r.0 != "pinned",
+            None => r.0 == "changed" || r.0 == "new",
+        };
+        let offered_other = |d: &str| {
+            rows.iter()
+                .filter(awaiting)
+                .any(|r| r.1.as_deref().is_some_and(|o| o != d))
+        };
+        Ok(match (rows.is_empty(), tool, digest) {
+            (true, Some(t), _) => StoreError::NotFound {
+                kind: "tool",
+                name: format!("{credential}/{t}"),
+            },
+            (true, None, _) => StoreError::NotFound {
+                kind: "pinned tool of credential",
+                name: credential.to_string(),
+            },
+            (false, Some(t), Some(d)) if offered_other(d) => StoreError::Unchanged {
+                what: format!(
+                    "tool {t:?} of credential {credential:?} is no longer offered with digest {d}: \
+                     its definition changed after it was reviewed, and nothing was accepted; \
+                     review it again (tessera tool diff --credential {credential} {t})"
+                ),
+            },
+            (false, Some(t), _) => StoreError::Unchanged {
+                what: format!(
+                    "tool {t:?} of credential {credential:?} has nothing to review in that way"
+                ),
+            },
+            (false, None, _) => StoreError::Unchanged {
+                what: format!("no tool of credential {credential:?} awaits review"),
+            },
+        })
+    }
+
+    async fn credential_exists(tx: &mut Tx, credential: &str) -> Result<bool, StoreError> {
+        let sql = "SELECT COUNT(*) FROM credentials WHERE name = $1";
+        let n: i64 = on!(tx, t => {
+            sqlx::query_scalar(sql).bind(credential).fetch_one(&mut **t).await?
+        });
+        Ok(n > 0)
+    }
+
+    /// One credential's pins, by tool name; an error if no credential has
+    /// that name (a name mistyped is not a credential without tools).
+    pub async fn tool_pins_of_credential(
+        &self,
+        credential: &str,
+    ) -> Result<Vec<ToolPinRow>, StoreError> {
+        let sql = "SELECT COUNT(*) FROM credentials WHERE name = $1";
+        let n: i64 = on!(&self.db, p => {
+            sqlx::query_scalar(sql).bind(credential).fetch_one(p).await?
+        });
+        if n == 0 {
+            return Err(StoreError::NotFound {
+                kind: "credential",
+                name: credential.to_string(),
+            });
+        }
+        let rows = self.tool_pins_of(credential).await?;
+        Ok(rows)
+    }
+}
+
+/// A tool an acceptance pinned, and the digest of the definition pinned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct PinnedTool {
+    pub tool: String,
+    /// Hex SHA-256 of the canonical definition pinned.
+    pub digest: String,
 }

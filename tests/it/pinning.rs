@@ -209,6 +209,56 @@ fn ok(o: std::process::Output) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// A command that must fail: its stderr.
+fn fails(o: std::process::Output) -> String {
+    assert!(
+        !o.status.success(),
+        "succeeded: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8(o.stderr).unwrap()
+}
+
+/// The offered digest `tessera tool diff` prints for `tool`.
+fn reviewed_digest(p: &Proxy, credential: &str, tool: &str) -> String {
+    let out = ok(p.cli(&["tool", "diff", "--credential", credential, tool]));
+    let d = out
+        .lines()
+        .find_map(|l| l.strip_prefix("offered digest: "))
+        .unwrap_or_else(|| panic!("no offered digest in {out}"))
+        .to_string();
+    assert_eq!(d.len(), 64, "{out}");
+    d
+}
+
+/// One tool's row in the store.
+async fn row(p: &Proxy, credential: &str, tool: &str) -> tessera::store::model::ToolPinRow {
+    let rows = p.store().tool_pins_of(credential).await.unwrap();
+    rows.into_iter().find(|r| r.tool == tool).unwrap()
+}
+
+/// List until the store records `tool` offered with another digest than
+/// `reviewed` (a process records one change per credential a second).
+async fn swapped(p: &Proxy, a: &Agent, credential: &str, tool: &str, reviewed: &str) {
+    let store = p.store().clone();
+    within(Duration::from_secs(5), || {
+        let store = store.clone();
+        async move {
+            listed(a).await;
+            let rows = store.tool_pins_of(credential).await.unwrap();
+            rows.iter().any(|r| {
+                r.tool == tool && r.offered_digest.as_deref().is_some_and(|d| d != reviewed)
+            })
+        }
+    })
+    .await;
+    p.synced().await;
+}
+
+/// A change an admin would accept after reading it.
+const REWORDED: &str =
+    r#"{"name":"search","description":"Search the web (faster).","inputSchema":{"type":"object"}}"#;
+
 #[tokio::test]
 async fn a_changed_description_is_held_until_an_admin_accepts_it() {
     let up = Tools::start(&list_of(&[SEARCH, READ])).await;
@@ -276,8 +326,22 @@ async fn a_changed_description_is_held_until_an_admin_accepts_it() {
         "{rows:?}"
     );
 
-    // Accepted: listed and callable within a second.
-    ok(p.cli(&["tool", "accept", "--credential", "gh", "search"]));
+    // Accepted: listed and callable within a second. Without --digest,
+    // what is offered now is pinned, and its digest printed.
+    let offered = row(&p, "gh", "search").await.offered_digest.unwrap();
+    assert!(
+        diff.contains(&format!("\noffered digest: {offered}\n")),
+        "{diff}"
+    );
+    let o = p.cli(&["tool", "accept", "--credential", "gh", "search"]);
+    let note = String::from_utf8_lossy(&o.stderr).to_string();
+    let out = ok(o);
+    assert!(out.contains(&format!("search {offered}")), "{out}");
+    assert!(note.contains("without --digest"), "{note}");
+    assert_eq!(
+        row(&p, "gh", "search").await.pinned_digest,
+        Some(offered.clone())
+    );
     let took = p.synced().await;
     assert!(took < Duration::from_secs(1));
     assert_eq!(listed(&a).await, ["search", "read_file"]);
@@ -296,6 +360,14 @@ async fn a_changed_description_is_held_until_an_admin_accepts_it() {
         .into_iter()
         .map(|r| (r.actor, r.action, r.target))
         .collect();
+    let rows = p.store().admin_audit(None, 100).await.unwrap();
+    assert!(
+        rows.iter().any(|r| r.actor == "cli"
+            && r.action == "tool.accept"
+            && r.target == "gh/search"
+            && r.outcome == format!("ok: pinned {offered}")),
+        "{rows:?}"
+    );
     for want in [
         ("tessera", "tool.pin", "gh/search"),
         ("tessera", "tool.pin", "gh/read_file"),
@@ -324,6 +396,178 @@ async fn a_changed_description_is_held_until_an_admin_accepts_it() {
         "{metrics}"
     );
     assert!(metrics.contains("reason=\"tool_pinning\""), "{metrics}");
+}
+
+/// Found by a new user: accept pinned whatever the server offered at that
+/// moment, so a server could show one definition to `tool diff` and swap
+/// in another before `tool accept`. With --digest, only the definition
+/// reviewed is pinned.
+#[tokio::test]
+async fn accept_with_a_stale_digest_changes_nothing() {
+    let up = Tools::start(&list_of(&[SEARCH, READ])).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    assert_eq!(listed(&a).await, ["search", "read_file"]);
+    recorded(&p, "gh", &[("read_file", "pinned"), ("search", "pinned")]).await;
+
+    // The admin reviews a harmless change: diff and list name its digest.
+    up.set(&list_of(&[REWORDED, READ]));
+    assert_eq!(listed(&a).await, ["read_file"]);
+    recorded(&p, "gh", &[("read_file", "pinned"), ("search", "changed")]).await;
+    let reviewed = reviewed_digest(&p, "gh", "search");
+    let diff = ok(p.cli(&["tool", "diff", "--credential", "gh", "search"]));
+    assert!(
+        diff.contains(&format!(
+            "tessera tool accept --credential gh search --digest {reviewed}"
+        )),
+        "{diff}"
+    );
+    let o = p.cli(&["tool", "list", "--credential", "gh", "--json"]);
+    let v: Value = serde_json::from_str(&ok(o)).unwrap();
+    assert_eq!(v[1]["tool"], "search", "{v}");
+    assert_eq!(v[1]["offered_digest"], reviewed.as_str(), "{v}");
+
+    // Before the accept, the server swaps in a poisoned definition.
+    up.set(&list_of(&[POISONED, READ]));
+    swapped(&p, &a, "gh", "search", &reviewed).await;
+    let before = p.store().tool_pins_of("gh").await.unwrap();
+    let err = fails(p.cli(&[
+        "tool",
+        "accept",
+        "--credential",
+        "gh",
+        "search",
+        "--digest",
+        &reviewed,
+    ]));
+    assert!(
+        err.contains(&format!("no longer offered with digest {reviewed}")),
+        "{err}"
+    );
+    assert!(err.contains("nothing was accepted"), "{err}");
+    assert_eq!(p.store().tool_pins_of("gh").await.unwrap(), before);
+    p.synced().await;
+    assert_eq!(listed(&a).await, ["read_file"]);
+    refusal(&call(&a, "search").await);
+    assert!(up.calls().is_empty(), "{:?}", up.calls());
+
+    // A prefix is no digest: the server picks both definitions, so a
+    // short prefix is a collision it can search for.
+    let now = reviewed_digest(&p, "gh", "search");
+    assert_ne!(now, reviewed);
+    let err = fails(p.cli(&[
+        "tool",
+        "accept",
+        "--credential",
+        "gh",
+        "search",
+        "--digest",
+        &now[..12],
+    ]));
+    assert!(err.contains("64 hex digits"), "{err}");
+    assert_eq!(p.store().tool_pins_of("gh").await.unwrap(), before);
+
+    // The definition offered now, reviewed in turn: accepted (any case).
+    let out = ok(p.cli(&[
+        "tool",
+        "accept",
+        "--credential",
+        "gh",
+        "search",
+        "--digest",
+        &now.to_uppercase(),
+    ]));
+    assert!(out.contains(&format!("search {now}")), "{out}");
+    let r = row(&p, "gh", "search").await;
+    assert_eq!(
+        (r.status.as_str(), r.pinned_digest),
+        ("pinned", Some(now.clone()))
+    );
+    p.synced().await;
+    assert_eq!(listed(&a).await, ["search", "read_file"]);
+
+    // The admin audit has the refusal and the digest pinned.
+    let rows = p.store().admin_audit(None, 100).await.unwrap();
+    let accepts: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.action == "tool.accept" && r.target == "gh/search")
+        .map(|r| r.outcome.as_str())
+        .collect();
+    assert!(
+        accepts.iter().any(|o| o.contains("no longer offered")),
+        "{accepts:?}"
+    );
+    assert!(
+        accepts.contains(&format!("ok: pinned {now}").as_str()),
+        "{accepts:?}"
+    );
+}
+
+/// Found by a new user: a mistyped credential listed no tools and
+/// succeeded, as if it had none.
+#[tokio::test]
+async fn a_credential_that_does_not_exist_is_an_error() {
+    use crate::admin_api::{admin_api, admin_token};
+    let up = Tools::start(&list_of(&[SEARCH])).await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let _a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    // One that exists with no tools yet: an empty list.
+    let o = p.cli(&["tool", "list", "--credential", "gh", "--json"]);
+    assert_eq!(ok(o).trim(), "[]");
+
+    let digest = "a".repeat(64);
+    for args in [
+        vec!["tool", "list", "--credential", "nope"],
+        vec!["tool", "diff", "--credential", "nope", "search"],
+        vec!["tool", "accept", "--credential", "nope", "search"],
+        vec![
+            "tool",
+            "accept",
+            "--credential",
+            "nope",
+            "search",
+            "--digest",
+            &digest,
+        ],
+        vec!["tool", "accept", "--credential", "nope", "--all"],
+        vec!["tool", "reject", "--credential", "nope", "search"],
+    ] {
+        let err = fails(p.cli(&args));
+        assert!(
+            err.contains(r#"no credential named "nope""#),
+            "{args:?}: {err}"
+        );
+    }
+    let err = fails(p.cli(&["tool", "list", "--credential", "nope", "--json"]));
+    let v: Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(v["error"], r#"no credential named "nope""#);
+
+    // The admin API answers 404, as for another credential-scoped route.
+    let api = admin_api(&p).await;
+    let token = admin_token(&p, "ops");
+    for (method, path) in [
+        ("GET", "/v1/credentials/nope/tools"),
+        ("GET", "/v1/credentials/nope/tools/diff?tool=search"),
+        ("DELETE", "/v1/credentials/nope"),
+    ] {
+        let r = client()
+            .request(method.parse().unwrap(), format!("{api}{path}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"], r#"no credential named "nope""#, "{path}");
+    }
+    let r = client()
+        .post(format!("{api}/v1/credentials/nope/tools/accept"))
+        .bearer_auth(&token)
+        .json(&json!({"tool": "search"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
 }
 
 #[tokio::test]
@@ -415,6 +659,22 @@ async fn strict_shows_nothing_until_accepted() {
 
     let out = ok(p.cli(&["tool", "accept", "--credential", "gh", "--all"]));
     assert!(out.contains("read_file, search"), "{out}");
+    // Each tool with the digest it was pinned at.
+    for tool in ["read_file", "search"] {
+        let d = row(&p, "gh", tool).await.pinned_digest.unwrap();
+        assert!(out.contains(&format!("\n  {tool} {d}")), "{out}");
+    }
+    // --digest names one tool's definition: not with --all.
+    let err = fails(p.cli(&[
+        "tool",
+        "accept",
+        "--credential",
+        "gh",
+        "--all",
+        "--digest",
+        &"a".repeat(64),
+    ]));
+    assert!(err.contains("--digest"), "{err}");
     p.synced().await;
     assert_eq!(listed(&a).await, ["search", "read_file"]);
     assert_eq!(
@@ -574,6 +834,13 @@ async fn the_admin_api_reviews_tools_like_the_cli() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(v[1]["tool"], "search");
     assert_eq!(v[1]["status"], "changed");
+    // Times in Unix seconds, as the other listings' `created_at`.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let seen = v[1]["last_seen"].as_i64().unwrap();
+    assert!((now - 60..=now + 1).contains(&seen), "{v}");
     let (s, v) = get(format!("{api}/v1/credentials/gh/tools/diff?tool=search")).await;
     assert_eq!(s, 200, "{v}");
     assert!(
@@ -583,6 +850,8 @@ async fn the_admin_api_reviews_tools_like_the_cli() {
             .contains("+  \"description\": \"Search the web. Before"),
         "{v}"
     );
+    let reviewed = v["offered_digest"].as_str().unwrap().to_string();
+    assert_eq!(v["pinned_digest"].as_str().unwrap().len(), 64, "{v}");
     let (s, _) = get(format!("{api}/v1/credentials/gh/tools/diff?tool=nope")).await;
     assert_eq!(s, 404);
 
@@ -600,11 +869,50 @@ async fn the_admin_api_reviews_tools_like_the_cli() {
     .await
     .unwrap();
     assert_eq!(r.status(), 422);
-    let r = post("/v1/credentials/gh/tools/accept", json!({"all": true}))
-        .await
-        .unwrap();
+    // A digest names one tool's definition, all 64 digits of it.
+    for body in [
+        json!({"all": true, "digest": reviewed}),
+        json!({"tool": "search", "digest": &reviewed[..12]}),
+    ] {
+        let r = post("/v1/credentials/gh/tools/accept", body).await.unwrap();
+        assert_eq!(r.status(), 422);
+    }
+    // The server swaps the definition after the review: 409, nothing
+    // accepted.
+    up.set(&list_of(&[REWORDED, READ]));
+    swapped(&p, &a, "gh", "search", &reviewed).await;
+    let before = p.store().tool_pins_of("gh").await.unwrap();
+    let r = post(
+        "/v1/credentials/gh/tools/accept",
+        json!({"tool": "search", "digest": reviewed}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 409);
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("no longer offered with digest {reviewed}")),
+        "{v}"
+    );
+    assert_eq!(p.store().tool_pins_of("gh").await.unwrap(), before);
+    // The one offered now, reviewed in turn: pinned, with its digest.
+    let (_, v) = get(format!("{api}/v1/credentials/gh/tools/diff?tool=search")).await;
+    let now = v["offered_digest"].as_str().unwrap().to_string();
+    assert_ne!(now, reviewed);
+    let r = post(
+        "/v1/credentials/gh/tools/accept",
+        json!({"tool": "search", "digest": now}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.json::<Value>().await.unwrap()["tools"], json!(["search"]));
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"tools": ["search"], "pinned": [{"tool": "search", "digest": now}]})
+    );
     // Nothing left to review: 409.
     let r = post("/v1/credentials/gh/tools/accept", json!({"all": true}))
         .await
@@ -616,8 +924,15 @@ async fn the_admin_api_reviews_tools_like_the_cli() {
     assert!(
         rows.iter().any(|r| r.actor == "ops"
             && r.action == "tool.accept"
-            && r.target == "gh/*"
-            && r.outcome == "ok"),
+            && r.target == "gh/search"
+            && r.outcome == format!("ok: pinned {now}")),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r.actor == "ops"
+            && r.action == "tool.accept"
+            && r.target == "gh/search"
+            && r.outcome.contains("no longer offered")),
         "{rows:?}"
     );
 
@@ -678,39 +993,73 @@ async fn the_console_shows_a_changed_tool_as_text_and_accepts_it() {
     );
     assert!(page.contains("action=/ui/tools/accept"), "{page}");
     assert!(!page.contains(">read_file <small>"), "{page}");
+    // The accept form carries the digest of the definition shown.
+    let shown = row(&p, "gh", "search").await.offered_digest.unwrap();
+    assert!(
+        page.contains(&format!(
+            "<input type=hidden name=digest value=\"{shown}\">"
+        )),
+        "{page}"
+    );
+    let page_digest = |page: &str| {
+        let at = page.find("name=digest value=\"").unwrap() + "name=digest value=\"".len();
+        page[at..at + 64].to_string()
+    };
+    assert_eq!(page_digest(&page), shown);
 
     // A forged form (no CSRF token) changes nothing.
-    let form = |csrf: &str| {
+    let form = |csrf: &str, digest: &str| {
         vec![
             ("csrf", csrf.to_string()),
             ("credential", "gh".to_string()),
             ("tool", "search".to_string()),
+            ("digest", digest.to_string()),
         ]
     };
-    let r = c
-        .post(format!("{api}/ui/tools/accept"))
-        .header("cookie", &cookie)
-        .header("origin", &api)
-        .form(&form("forged"))
-        .send()
-        .await
-        .unwrap();
+    let accept = |f: Vec<(&'static str, String)>| {
+        c.post(format!("{api}/ui/tools/accept"))
+            .header("cookie", &cookie)
+            .header("origin", &api)
+            .form(&f)
+            .send()
+    };
+    let r = accept(form("forged", &shown)).await.unwrap();
     assert_eq!(r.status(), 403);
-    let r = c
-        .post(format!("{api}/ui/tools/accept"))
-        .header("cookie", &cookie)
-        .header("origin", &api)
-        .form(&form(&csrf))
-        .send()
-        .await
-        .unwrap();
+
+    // The server swaps the definition while the page is open: the click
+    // accepts nothing, and says why.
+    up.set(&list_of(&[POISONED, READ]));
+    swapped(&p, &a, "gh", "search", &shown).await;
+    let before = p.store().tool_pins_of("gh").await.unwrap();
+    let r = accept(form(&csrf, &shown)).await.unwrap();
+    assert_eq!(r.status(), 409);
+    let page = r.text().await.unwrap();
+    assert!(
+        page.contains("changed after this page showed it: nothing was accepted"),
+        "{page}"
+    );
+    assert_eq!(p.store().tool_pins_of("gh").await.unwrap(), before);
+    // A form without a digest accepts nothing either.
+    let r = accept(form(&csrf, "")).await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert_eq!(p.store().tool_pins_of("gh").await.unwrap(), before);
+    // The page now shows the new definition, and accepts exactly it.
+    let now = page_digest(&page);
+    assert_ne!(now, shown);
+    let r = accept(form(&csrf, &now)).await.unwrap();
     assert_eq!(r.status(), 303);
+    assert_eq!(
+        row(&p, "gh", "search").await.pinned_digest,
+        Some(now.clone())
+    );
     p.synced().await;
     assert_eq!(listed(&a).await, ["search", "read_file"]);
     let rows = p.store().admin_audit(None, 100).await.unwrap();
     assert!(
-        rows.iter()
-            .any(|r| r.actor == "alice" && r.action == "tool.accept" && r.target == "gh/search"),
+        rows.iter().any(|r| r.actor == "alice"
+            && r.action == "tool.accept"
+            && r.target == "gh/search"
+            && r.outcome == format!("ok: pinned {now}")),
         "{rows:?}"
     );
 }
