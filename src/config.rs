@@ -209,6 +209,17 @@ pub enum PinMode {
     Strict,
 }
 
+impl PinMode {
+    /// As `--pin-tools` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PinMode::Off => "off",
+            PinMode::Tofu => "tofu",
+            PinMode::Strict => "strict",
+        }
+    }
+}
+
 /// The serve settings as given (flag > environment > settings file >
 /// default; clap merged them), validated by [`parse_serve`]. The one list of
 /// the data plane's settings: `tessera serve` and `tessera config check`

@@ -117,6 +117,7 @@ pub async fn run(
         predict_allow_above = t.allow,
         predict_deny_below = t.deny,
         predictor = if state.prediction.external() { "--predictor-url" } else { "built-in" },
+        pin_tools = cfg.pin_tools.name(),
         "tessera serving"
     );
     // Costs that allow a call a person more likely denies than approves

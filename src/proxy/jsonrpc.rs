@@ -311,7 +311,7 @@ impl Message<'_> {
         if let Some(m) = &self.method {
             if known_method_in_other_case(m) {
                 return Err(ProxyError::Ambiguous(
-                    "the method differs from a known MCP method only in letter case",
+                    "the method differs from a known MCP method only in letter case or padding",
                 ));
             }
         }
@@ -400,11 +400,17 @@ pub fn peek(body: &[u8]) -> Result<Peek<'_>, ProxyError> {
 /// `tools/call` would also have to carry the spelling through approvals,
 /// the audit trail and the tools/list filter. A refusal is one answer for
 /// every upstream, and no client sends such a method.
+///
+/// So is a known method padded with white space or control characters
+/// (`"tools/call "`): an upstream that trims the name would run the call,
+/// which tessera would have decided as an unknown method (found by a new
+/// user's trial).
 pub fn known_method_in_other_case(method: &str) -> bool {
     const NOTIFICATIONS: &str = "notifications/";
     if crate::authz::METHOD_ACTIONS.contains(&method) || method.starts_with(NOTIFICATIONS) {
         return false;
     }
+    let method = method.trim_matches(|c: char| c.is_whitespace() || c.is_control());
     crate::authz::METHOD_ACTIONS
         .iter()
         .any(|k| canonical::fold_eq(method, k))
@@ -678,9 +684,14 @@ mod tests {
             "Initialize",
             "logging/setlevel",
             "Notifications/initialized",
+            "tools/call ",
+            " tools/call",
+            "tools/call\t",
+            "\u{a0}Tools/call\u{0}",
         ] {
             assert!(known_method_in_other_case(m), "{m}");
-            let b = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+            let m = serde_json::to_string(m).unwrap();
+            let b = format!(r#"{{"jsonrpc":"2.0","id":1,"method":{m}}}"#);
             assert!(ambiguous(&b), "{b}");
         }
         for m in [

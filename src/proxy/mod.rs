@@ -472,7 +472,7 @@ async fn proxy(
         access.rpc_method = first
             .method
             .as_deref()
-            .map(|m| CompactString::from(upstream.redactor().text(m).as_ref()));
+            .map(|m| CompactString::from(written_method(&upstream, m).as_ref()));
         // The tool's name is the agent's to choose: logged with the
         // connection's secret redacted, like anything else tessera writes.
         access.tool = first
@@ -524,8 +524,13 @@ async fn proxy(
         .any(|m| m.method.as_deref() == Some("tools/list"));
     let get_stream = parts.method == http::Method::GET;
     // The ids a POST's JSON answer may answer (`response::own_answers`).
-    let sent = (parts.method == http::Method::POST && !lists)
-        .then(|| response::own_answers::sent_ids(messages.iter().map(|m| m.id)));
+    let sent = (parts.method == http::Method::POST && !lists).then(|| {
+        // Requests' ids only: a client's own responses in a batch are
+        // answered by nothing.
+        response::own_answers::sent_ids(
+            messages.iter().filter(|m| m.method.is_some()).map(|m| m.id),
+        )
+    });
     // What a filter built after the answer's head needs of the request
     // (reference-counted copies).
     let (list_version, list_origin) = (
@@ -701,13 +706,18 @@ async fn proxy(
         // and none to another's: a tools/list result for a request in
         // flight elsewhere would pass the filter unread (found by the
         // attack review).
-        (None, Some(sent)) if parts.status.is_success() => response::own_answers::OwnAnswers::new(
-            body,
-            sent,
-            upstream.clone(),
-            state.config.tools_list_max_bytes,
-        )
-        .boxed(),
+        // Not only 2xx: the Python SDK (2.x) reads a 3xx answer's JSON
+        // as messages too (found by the attack review). An error status's
+        // body no client dispatches as an answer.
+        (None, Some(sent)) if parts.status.as_u16() < 400 => {
+            response::own_answers::OwnAnswers::new(
+                body,
+                sent,
+                upstream.clone(),
+                state.config.tools_list_max_bytes,
+            )
+            .boxed()
+        }
         (None, _) => body.boxed(),
         (Some(f), _) => {
             let filtered = f.apply(parts.status, &mut parts.headers, body);
@@ -769,6 +779,17 @@ async fn verdict(state: &State, ask: &AuthzRequest<'_>) -> Verdict {
     v
 }
 
+/// A JSON-RPC method as tessera writes it (the access line, the audit
+/// trail, a span): the agent chose it, so it is redacted, unless it is one
+/// of the methods MCP names, public words with nothing to redact (the
+/// common case, spared a scan).
+fn written_method<'a>(upstream: &crate::model::Upstream, m: &'a str) -> std::borrow::Cow<'a, str> {
+    if crate::authz::METHOD_ACTIONS.contains(&m) {
+        return std::borrow::Cow::Borrowed(m);
+    }
+    std::borrow::Cow::Owned(upstream.redactor().text(m).into_owned())
+}
+
 impl Decided {
     fn new(state: &State, ask: &AuthzRequest<'_>, verdict: Verdict) -> Decided {
         let verdict_is_ask = matches!(verdict, Verdict::Ask(_));
@@ -777,7 +798,7 @@ impl Decided {
             // Redacted like the tool's name: the agent chose it.
             rpc_method: ask
                 .rpc_method
-                .map(|m| ask.connection.upstream.redactor().text(m).into_owned()),
+                .map(|m| written_method(&ask.connection.upstream, m).into_owned()),
             action: crate::authz::action_name(ask.http_method, ask.rpc_method),
             tool: ask.tool.map(str::to_string),
             verdict,

@@ -147,6 +147,9 @@ async fn methods_in_another_letter_case_are_refused() {
         call("TOOLS/CALL", "search"),
         call("tools/Call", "search"),
         call("toolſ/call", "search"),
+        // Padded: an upstream that trims the name runs it.
+        call("tools/call ", "delete_repo"),
+        call("\ttools/call", "delete_repo"),
         r#"{"jsonrpc":"2.0","id":6,"method":"TOOLS/LIST"}"#.to_string(),
         r#"{"jsonrpc":"2.0","method":"Notifications/initialized"}"#.to_string(),
     ] {

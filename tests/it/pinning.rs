@@ -789,6 +789,22 @@ async fn the_setting_is_read_from_flag_and_environment() {
         .unwrap();
     let out = ok(o);
     assert!(out.contains("strict"), "{out}");
+    // serve says which mode it runs in.
+    let mut s = Served::start(
+        d.path(),
+        Served::free_port(),
+        &["--ops-listen", "off"],
+        &[("TESSERA_PIN_TOOLS", "strict")],
+    )
+    .await;
+    let line = s
+        .log
+        .lines()
+        .find(|l| l.contains("tessera serving"))
+        .unwrap();
+    assert!(line.contains("pin_tools=\"strict\""), "{line}");
+    s.signal("TERM");
+    s.read_to_end().await;
 }
 
 // A JSON value check that a refusal's id is the call's.

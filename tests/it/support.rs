@@ -265,9 +265,10 @@ async fn answer(
                 .header("content-type", "text/event-stream")
                 .body(Full::new(Bytes::from(bytes)).boxed())
         }
-        // A success answer of exactly the bytes the query's `body` holds
-        // (base64url), with the Content-Type `ctype` (JSON if none), one
-        // byte per frame when `split=1`.
+        // An answer of exactly the bytes the query's `body` holds
+        // (base64url), with the Content-Type `ctype` (JSON if none; its
+        // UTF-8 bytes as they are), one byte per frame when `split=1`,
+        // the status `status` (200 if none) and a `location` if given.
         "/json-raw" => {
             use base64::Engine;
             let q: std::collections::HashMap<String, String> =
@@ -290,11 +291,17 @@ async fn answer(
                 } else {
                     vec![Ok(Frame::data(Bytes::from(bytes)))]
                 };
-            Response::builder()
-                .header("content-type", ctype)
-                .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
-                    frames,
-                ))))
+            let status: u16 = q.get("status").and_then(|s| s.parse().ok()).unwrap_or(200);
+            let mut b = Response::builder().status(status).header(
+                "content-type",
+                http::HeaderValue::from_bytes(ctype.as_bytes()).unwrap(),
+            );
+            if let Some(l) = q.get("location") {
+                b = b.header("location", l.as_str());
+            }
+            b.body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                frames,
+            ))))
         }
         // A form that cannot be sent where asked (not a header name, say).
         "/reflect" => reflect(&parts, &body).or_else(|_| {

@@ -313,10 +313,22 @@ async fn json_raw(
     ctype: &str,
     split: bool,
 ) -> Result<Vec<u8>, Vec<u8>> {
+    json_raw_at(a, 200, sent, body, ctype, split).await
+}
+
+/// [`json_raw`] with the upstream's status `status` (the caller gets it).
+async fn json_raw_at(
+    a: &Agent,
+    status: u16,
+    sent: &str,
+    body: &[u8],
+    ctype: &str,
+    split: bool,
+) -> Result<Vec<u8>, Vec<u8>> {
     use base64::Engine;
     let q = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body);
     let url = format!(
-        "{}?body={q}&ctype={}&split={}",
+        "{}?body={q}&ctype={}&split={}&status={status}",
         a.url,
         url::form_urlencoded::byte_serialize(ctype.as_bytes()).collect::<String>(),
         u8::from(split)
@@ -332,7 +344,7 @@ async fn json_raw(
     else {
         return Err(Vec::new());
     };
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), status);
     let mut got = Vec::new();
     loop {
         match r.chunk().await {
@@ -399,6 +411,16 @@ async fn a_json_answer_holding_another_requests_response_is_cut() {
             "application/json",
         ),
         (
+            "a letter of `tools` escaped",
+            list.replacen("\"tools\"", "\"t\\u006Fols\"", 1),
+            "application/json",
+        ),
+        (
+            "its first letter escaped",
+            list.replacen("\"tools\"", "\"\\u0054ools\"", 1),
+            "application/json",
+        ),
+        (
             "not JSON tessera can read (a lone surrogate)",
             format!(
                 "[{pong},{}]",
@@ -420,9 +442,16 @@ async fn a_json_answer_holding_another_requests_response_is_cut() {
             "application/json",
         ),
     ];
+    // Not only at 200: the Python SDK (2.x) reads a 3xx answer's JSON.
     for (what, body, ctype) in &hostile {
-        for split in [false, true] {
-            let got = json_raw(&a, ping, body.as_bytes(), ctype, split).await;
+        for (split, status) in [
+            (false, 200),
+            (true, 200),
+            (false, 300),
+            (true, 307),
+            (false, 202),
+        ] {
+            let got = json_raw_at(&a, status, ping, body.as_bytes(), ctype, split).await;
             let Err(got) = got else {
                 panic!("{what} (split {split}): passed whole: {got:?}");
             };
@@ -461,6 +490,15 @@ async fn a_json_answer_holding_another_requests_response_is_cut() {
                 "a".repeat(3_000)
             ),
         ),
+        // Escapes that spell no letter of `tools` (a file's text) stream
+        // as they came, past the size tessera would keep.
+        (
+            "a large answer full of escapes",
+            format!(
+                r#"{{"jsonrpc":"2.0","id":8,"result":{{"text":"{}"}}}}"#,
+                "line\\n\\u00e9\\\"".repeat(150)
+            ),
+        ),
     ];
     for (what, body) in &fine {
         for split in [false, true] {
@@ -482,4 +520,75 @@ async fn a_json_answer_holding_another_requests_response_is_cut() {
     let body = r#"[{"jsonrpc":"2.0","id":"two","result":{"tools":[]}},{"jsonrpc":"2.0","id":1,"result":{}}]"#;
     let got = json_raw(&a, sent, body.as_bytes(), "application/json", false).await;
     assert_eq!(got.as_deref(), Ok(body.as_bytes()));
+}
+
+/// A `tools/list` answer is filtered whatever its success or redirect
+/// status (the Python SDK reads a 3xx's JSON); a `202` passes unread only
+/// with no body or a body of a type no client reads as messages; one of a
+/// type tessera cannot read (Go trims `\u{a0}` off it) is refused. An
+/// upstream's `Location` never reaches the caller: every SDK follows one
+/// by itself, past tessera (found by the attack review).
+#[tokio::test]
+async fn a_list_is_filtered_at_any_status_a_client_reads() {
+    let up = Upstream::start().await;
+    let p =
+        Proxy::start_with_policies(Proxy::dir(), |_| {}, policies_with(&["tool-deny-list"])).await;
+    let a = p.agent("gh", &up.url("/json-raw"), "agent").await;
+    let list = tools_result(&"l1".into()).to_string();
+    for status in [200, 203, 300, 307] {
+        let got = json_raw_at(&a, status, LIST, list.as_bytes(), "application/json", false)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&got).unwrap();
+        assert_eq!(names(&v["result"]), ["search", "read_file"], "{status}");
+    }
+    // A 202 with the legacy transport's plain "Accepted", or nothing.
+    for (body, ctype) in [("Accepted", "text/plain"), ("", "application/json")] {
+        let got = json_raw_at(&a, 202, LIST, body.as_bytes(), ctype, false).await;
+        assert_eq!(got.as_deref(), Ok(body.as_bytes()), "{ctype}");
+    }
+    // A 202 holding the list under a type tessera cannot read, or under
+    // JSON: refused (502), never passed on.
+    for ctype in [
+        "\u{a0}application/json",
+        "application/json\u{a0}",
+        "text/plain; x=\"\u{e9}\"",
+    ] {
+        let url = format!(
+            "{}?body={}&ctype={}&status=202",
+            a.url,
+            {
+                use base64::Engine;
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&list)
+            },
+            url::form_urlencoded::byte_serialize(ctype.as_bytes()).collect::<String>()
+        );
+        let r = client()
+            .post(url)
+            .bearer_auth(&a.token)
+            .body(LIST)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502, "{ctype:?}");
+        assert!(!r.text().await.unwrap().contains("delete_repo"));
+    }
+    // A redirect's Location, even on the upstream's own origin, is dropped.
+    let location = up.url("/json-raw/elsewhere");
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!(
+            "{}?status=307&location={}",
+            a.url,
+            url::form_urlencoded::byte_serialize(location.as_bytes()).collect::<String>()
+        ))
+        .bearer_auth(&a.token)
+        .body(r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 307);
+    assert!(r.headers().get("location").is_none(), "{:?}", r.headers());
 }

@@ -34,24 +34,29 @@ pub fn filter_response_headers(h: &mut HeaderMap) {
     });
 }
 
-/// Keep a `Location` (or `Content-Location`) only when it is an absolute
-/// http(s) URL on the upstream's own origin (scheme, host and port of the
-/// credential's URL) that does not point into tessera (`is_ours`, see
-/// [`host_is_tessera`]); drop it otherwise, rewriting nothing.
+/// Drop a `Location`, and keep a `Content-Location` only when it is an
+/// absolute http(s) URL on the upstream's own origin (scheme, host and
+/// port of the credential's URL) that does not point into tessera
+/// (`is_ours`, see [`host_is_tessera`]), rewriting nothing.
 ///
 /// Why so narrow: a relative one is resolved by the caller against
 /// tessera's URL, not the upstream's; one into tessera would point an
 /// agent at another connection's address or the admin listener; one to
 /// any other host sends the agent (and, with a careless client, its
 /// tessera token and the request body) where neither the admin nor the
-/// agent chose. A redirect within its own origin is the one an MCP server
-/// makes for itself. tessera never follows any of them.
+/// agent chose. And every MCP SDK follows a `Location` by itself, method
+/// and body kept: even one on the upstream's own origin would send the
+/// request, and take its answer, past tessera's filters, pinning and
+/// audit (found by the attack review). A `Content-Location` is only a
+/// name for the answer; no client goes there. tessera never follows
+/// either.
 pub fn keep_locations_within_upstream(
     h: &mut HeaderMap,
     upstream: &url::Url,
     is_ours: impl Fn(&url::Host<&str>) -> bool,
 ) {
-    for name in [header::LOCATION, header::CONTENT_LOCATION] {
+    h.remove(header::LOCATION);
+    for name in [header::CONTENT_LOCATION] {
         let keep = match h.get(&name) {
             None => continue,
             Some(v) => v
@@ -166,12 +171,9 @@ mod tests {
             keep_locations_within_upstream(&mut h, &upstream, |host| {
                 host_is_tessera(host, own, listen)
             });
-            let (a, b) = (
-                h.contains_key(header::LOCATION),
-                h.contains_key(header::CONTENT_LOCATION),
-            );
-            assert_eq!(a, b);
-            a
+            // A Location never stays: a client would follow it past tessera.
+            assert!(!h.contains_key(header::LOCATION));
+            h.contains_key(header::CONTENT_LOCATION)
         };
         let up = "https://mcp.example.com/mcp";
         assert!(kept(up, "https://mcp.example.com/v2/mcp"));

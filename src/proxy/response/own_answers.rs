@@ -11,11 +11,12 @@
 //! So the JSON answer to a POST that asks for no list is checked, without
 //! being buffered before it streams:
 //! - it passes frame by frame, unread but for a scan for what a `tools`
-//!   member is spelled with (`tool` in any letter case, or a `\` escape:
-//!   the same test as the SSE filter's);
+//!   member is spelled with (`tool` in any letter case, or an escape of
+//!   one of its letters: [`could_spell_tools`]);
 //! - from the frame where such a spelling appears, the rest is held back
 //!   until the answer ends, and then the whole answer (the frames already
-//!   passed are kept as reference-counted slices, at most
+//!   passed are kept, small ones copied, large ones as reference-counted
+//!   slices, at most
 //!   `--tools-list-max-bytes`) is read: every member of a message that a
 //!   client could read as its `id` (`ID` too, as Go reads it) must be one
 //!   this POST sent, or `null`;
@@ -73,12 +74,14 @@ pub struct OwnAnswers<B> {
     max: usize,
     mode: Mode,
     /// Every frame's bytes so far (while they fit in `max`).
-    frames: Vec<Bytes>,
-    /// How many of `frames` were passed on.
+    frames: SmallVec<[Bytes; 2]>,
+    /// Small frames' bytes, copied (after `frames`).
+    small: BytesMut,
+    /// How many of the bytes kept were passed on.
     passed: usize,
     kept: usize,
     /// The last bytes of the previous frame: a spelling cut between two.
-    tail: SmallVec<[u8; 3]>,
+    tail: SmallVec<[u8; SEAM]>,
     /// A trailers frame that came while frames were held.
     trailers: Option<Frame<Bytes>>,
 }
@@ -91,7 +94,8 @@ impl<B> OwnAnswers<B> {
             upstream,
             max,
             mode: Mode::Passing,
-            frames: Vec::new(),
+            frames: SmallVec::new(),
+            small: BytesMut::new(),
             passed: 0,
             kept: 0,
             tail: SmallVec::new(),
@@ -102,37 +106,50 @@ impl<B> OwnAnswers<B> {
     /// Whether `data` (after the previous frame) could spell a `tools`
     /// member; remembers its last bytes for the next frame.
     fn could_list(&mut self, data: &[u8]) -> bool {
-        let mut seam: SmallVec<[u8; 6]> = SmallVec::from_slice(&self.tail);
-        seam.extend_from_slice(&data[..data.len().min(3)]);
-        let found =
-            names_tools(&seam) || names_tools(data) || memchr::memchr(b'\\', data).is_some();
-        if data.len() >= 3 {
+        let mut seam: SmallVec<[u8; 10]> = SmallVec::from_slice(&self.tail);
+        seam.extend_from_slice(&data[..data.len().min(SEAM)]);
+        let found = could_spell_tools(&seam) || could_spell_tools(data);
+        if data.len() >= SEAM {
             self.tail.clear();
-            self.tail.extend_from_slice(&data[data.len() - 3..]);
+            self.tail.extend_from_slice(&data[data.len() - SEAM..]);
         } else {
-            self.tail = seam[seam.len().saturating_sub(3)..].into();
+            self.tail = seam[seam.len().saturating_sub(SEAM)..].into();
         }
         found
     }
 
-    /// Keep `data`; false when the answer is now larger than `max`.
+    /// Keep `data`; false when the answer is now larger than `max`. A
+    /// small frame is copied, a large one kept as a reference-counted
+    /// slice: kept one by one, one-byte frames would make `max` bytes cost
+    /// a hundred times that in bookkeeping (found by the attack review).
     fn keep(&mut self, data: &Bytes) -> bool {
         self.kept += data.len();
         if self.kept > self.max {
-            self.frames = Vec::new();
+            self.frames = SmallVec::new();
+            self.small = BytesMut::new();
             return false;
         }
-        self.frames.push(data.clone());
+        // The first frame is kept as it is (most answers are one frame).
+        if data.len() < SMALL_FRAME && !(self.frames.is_empty() && self.small.is_empty()) {
+            self.small.extend_from_slice(data);
+        } else {
+            if !self.small.is_empty() {
+                self.frames.push(self.small.split().freeze());
+            }
+            self.frames.push(data.clone());
+        }
         true
     }
 
     /// The whole answer read: the held frames as one, or why not.
     fn check(&mut self) -> Result<Bytes, ListError> {
-        let whole = match &self.frames[..] {
-            [one] => one.clone(),
-            frames => {
+        let whole = match (&self.frames[..], self.small.is_empty()) {
+            ([one], true) => one.clone(),
+            ([], _) => self.small.split().freeze(),
+            (frames, _) => {
                 let mut b = BytesMut::with_capacity(self.kept);
                 frames.iter().for_each(|f| b.extend_from_slice(f));
+                b.extend_from_slice(&self.small);
                 b.freeze()
             }
         };
@@ -144,8 +161,7 @@ impl<B> OwnAnswers<B> {
         {
             return Err(ListError::Foreign);
         }
-        let held: usize = self.frames[..self.passed].iter().map(Bytes::len).sum();
-        Ok(whole.slice(held..))
+        Ok(whole.slice(self.passed..))
     }
 
     fn refuse(&mut self, e: ListError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
@@ -155,9 +171,37 @@ impl<B> OwnAnswers<B> {
             "an upstream's JSON answer was cut before its end"
         );
         self.mode = Mode::Done;
-        self.frames = Vec::new();
+        self.frames = SmallVec::new();
         Poll::Ready(Some(Err(e.into())))
     }
+}
+
+/// What a spelling of `tools` can be cut by: `\u006c` less its last byte.
+const SEAM: usize = 5;
+
+/// A frame shorter than this is copied when kept, not held on to.
+const SMALL_FRAME: usize = 1024;
+
+/// Whether `b` could hold (part of) a member named `tools` as a client
+/// reads it: `tool` in any letter case (Go folds case; no other character
+/// folds to `t`, `o` or `l`), or one of those letters escaped
+/// (`tool\u0073` needs no escape of them, and holds `tool`). Other escapes
+/// (`\n`, `\"`, `\u00e9`) cannot spell it, so an answer full of them
+/// streams as it came.
+fn could_spell_tools(b: &[u8]) -> bool {
+    names_tools(b)
+        || memchr::memchr_iter(b'\\', b).any(|i| {
+            let Some(e) = b.get(i + 1..i + 6) else {
+                return false;
+            };
+            e[0] == b'u'
+                && e[1] == b'0'
+                && e[2] == b'0'
+                && matches!(
+                    (e[3], e[4].to_ascii_lowercase()),
+                    (b'5' | b'7', b'4') | (b'4' | b'6', b'f' | b'c')
+                )
+        })
 }
 
 /// `id` (raw JSON) written again as serde writes it (`"\u0061"` is `"a"`),
@@ -290,7 +334,7 @@ where
                         return this.release();
                     }
                     this.mode = Mode::Done;
-                    this.frames = Vec::new();
+                    this.frames = SmallVec::new();
                     return Poll::Ready(None);
                 }
             };
@@ -310,7 +354,7 @@ where
                     if !this.keep(&data) {
                         this.mode = Mode::Unkept;
                     }
-                    this.passed = this.frames.len();
+                    this.passed = this.kept;
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Mode::Unkept if !listed => return Poll::Ready(Some(Ok(Frame::data(data)))),
@@ -350,7 +394,7 @@ impl<B> OwnAnswers<B> {
         match self.check() {
             Ok(held) => {
                 self.mode = Mode::Done;
-                self.frames = Vec::new();
+                self.frames = SmallVec::new();
                 Poll::Ready(Some(Ok(Frame::data(held))))
             }
             Err(e) => self.refuse(e),
