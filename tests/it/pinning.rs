@@ -802,7 +802,7 @@ async fn the_setting_is_read_from_flag_and_environment() {
         .lines()
         .find(|l| l.contains("tessera serving"))
         .unwrap();
-    assert!(line.contains("pin_tools=\"strict\""), "{line}");
+    assert!(line.contains("pin_tools=strict"), "{line}");
     s.signal("TERM");
     s.read_to_end().await;
 }

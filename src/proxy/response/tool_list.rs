@@ -322,13 +322,17 @@ impl ToolFilter {
     }
 }
 
-/// Whether the Content-Type is one tessera reads (visible ASCII) and
-/// names neither JSON nor an event stream anywhere in it, as the most
-/// lenient client's test (`includes`) would look for them.
+/// Whether the Content-Type is absent (the 2024-11-05 transport's
+/// `Accepted` in Node has none; no client reads an untyped body as
+/// messages), or is one tessera reads (visible ASCII) and names neither
+/// JSON nor an event stream anywhere in it, as the most lenient client's
+/// test (`includes`) would look for them.
 fn plainly_neither(headers: &HeaderMap) -> bool {
     let mut types = headers.get_all(header::CONTENT_TYPE).iter();
-    let (Some(v), None) = (types.next(), types.next()) else {
-        return false;
+    let v = match (types.next(), types.next()) {
+        (None, _) => return true,
+        (Some(v), None) => v,
+        (Some(_), Some(_)) => return false,
     };
     let Ok(v) = v.to_str() else {
         return false;
