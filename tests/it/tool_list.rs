@@ -416,6 +416,14 @@ async fn a_json_answer_holding_another_requests_response_is_cut() {
             "application/json",
         ),
         (
+            "in UTF-16 (Python's json.loads reads it)",
+            list.encode_utf16()
+                .flat_map(u16::to_le_bytes)
+                .map(char::from)
+                .collect(),
+            "application/json",
+        ),
+        (
             "its first letter escaped",
             list.replacen("\"tools\"", "\"\\u0054ools\"", 1),
             "application/json",
