@@ -709,7 +709,13 @@ async fn proxy(
         // Not only 2xx: the Python SDK (2.x) reads a 3xx answer's JSON
         // as messages too (found by the attack review). An error status's
         // body no client dispatches as an answer.
-        (None, Some(sent)) if parts.status.as_u16() < 400 => {
+        // An answer no client reads as messages (no type, or one naming
+        // neither JSON nor an event stream: a file's bytes) streams as it
+        // came.
+        (None, Some(sent))
+            if parts.status.as_u16() < 400
+                && !response::tool_list::plainly_neither(&parts.headers) =>
+        {
             response::own_answers::OwnAnswers::new(
                 body,
                 sent,

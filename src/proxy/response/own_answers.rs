@@ -8,7 +8,9 @@
 //! pinning ([`super::tool_list`]), which read the JSON answers of POSTs
 //! that ask for a list, and every SSE event (found by the attack review).
 //!
-//! So the JSON answer to a POST that asks for no list is checked, without
+//! So the answer to a POST that asks for no list is checked (one of a
+//! type no client reads as messages, none or one naming neither JSON nor
+//! an event stream, streams unchecked: a file's bytes), without
 //! being buffered before it streams:
 //! - it passes frame by frame, unread but for a scan for what a `tools`
 //!   member is spelled with (`tool` in any letter case, an escape of one

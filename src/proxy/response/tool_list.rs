@@ -327,7 +327,7 @@ impl ToolFilter {
 /// messages), or is one tessera reads (visible ASCII) and names neither
 /// JSON nor an event stream anywhere in it, as the most lenient client's
 /// test (`includes`) would look for them.
-fn plainly_neither(headers: &HeaderMap) -> bool {
+pub(crate) fn plainly_neither(headers: &HeaderMap) -> bool {
     let mut types = headers.get_all(header::CONTENT_TYPE).iter();
     let v = match (types.next(), types.next()) {
         (None, _) => return true,
@@ -337,8 +337,12 @@ fn plainly_neither(headers: &HeaderMap) -> bool {
     let Ok(v) = v.to_str() else {
         return false;
     };
-    let v = v.to_ascii_lowercase();
-    !v.is_empty() && !v.contains("json") && !v.contains("event-stream")
+    let names = |needle: &[u8]| {
+        v.as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    !v.is_empty() && !names(b"json") && !names(b"event-stream")
 }
 
 /// `body` read whole into one buffer, at most `max` bytes. Copied as it
