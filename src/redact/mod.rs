@@ -587,7 +587,10 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done && self.held.is_empty() && self.trailers.is_none()
+        // Nothing held and nothing more to come: so a body's last frame is
+        // known as the last as it is handed out (hyper ends the answer, and
+        // a check waiting for more frames need not keep it).
+        (self.done || self.inner.is_end_stream()) && self.held.is_empty() && self.trailers.is_none()
     }
 }
 #[cfg(test)]

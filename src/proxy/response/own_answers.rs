@@ -40,7 +40,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
-use super::tool_list::{names_tools, ListError};
+use super::tool_list::ListError;
 use crate::authz::canonical::fold_eq;
 use crate::model::Upstream;
 use crate::wire::BoxError;
@@ -111,7 +111,8 @@ impl<B> OwnAnswers<B> {
     fn could_list(&mut self, data: &[u8]) -> bool {
         let mut seam: SmallVec<[u8; 10]> = SmallVec::from_slice(&self.tail);
         seam.extend_from_slice(&data[..data.len().min(SEAM)]);
-        let found = could_spell_tools(&seam) || could_spell_tools(data);
+        // Without a previous frame the seam is a part of `data`.
+        let found = (!self.tail.is_empty() && could_spell_tools(&seam)) || could_spell_tools(data);
         if data.len() >= SEAM {
             self.tail.clear();
             self.tail.extend_from_slice(&data[data.len() - SEAM..]);
@@ -198,9 +199,14 @@ fn could_spell_tools(b: &[u8]) -> bool {
     // A NUL, 0xFE or 0xFF is in no UTF-8 JSON text: the answer is UTF-16
     // or UTF-32 (a byte-order mark, or an ASCII letter's zero byte), which
     // Python's `json.loads` reads and this scan would not.
+    // Two passes: what is never in UTF-8 JSON, then what ends a spelling
+    // of `tool` in any case (`l` is rarer in JSON and English than `t`:
+    // fewer stops) or starts an escape.
     memchr::memchr3(0, 0xfe, 0xff, b).is_some()
-        || names_tools(b)
-        || memchr::memchr_iter(b'\\', b).any(|i| {
+        || memchr::memchr3_iter(b'l', b'L', b'\\', b).any(|i| {
+            if b[i] != b'\\' {
+                return i >= 3 && b[i - 3..i].eq_ignore_ascii_case(b"too");
+            }
             let Some(e) = b.get(i + 1..i + 6) else {
                 return false;
             };
@@ -360,6 +366,14 @@ where
             };
             let listed = this.could_list(&data);
             match this.mode {
+                // The answer's last frame: nothing after it can make it a
+                // list, so it is not kept (most answers are one frame).
+                Mode::Passing if !listed && this.inner.is_end_stream() => {
+                    this.mode = Mode::Done;
+                    this.frames = SmallVec::new();
+                    this.small = BytesMut::new();
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
                 Mode::Passing if !listed => {
                     if !this.keep(&data) {
                         this.mode = Mode::Unkept;

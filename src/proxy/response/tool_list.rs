@@ -337,10 +337,16 @@ pub(crate) fn plainly_neither(headers: &HeaderMap) -> bool {
     let Ok(v) = v.to_str() else {
         return false;
     };
+    // The usual answer's type, without the scan below.
+    if v == "application/json" {
+        return false;
+    }
+    let v = v.as_bytes();
     let names = |needle: &[u8]| {
-        v.as_bytes()
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
+        memchr::memchr2_iter(needle[0], needle[0].to_ascii_uppercase(), v).any(|i| {
+            v.get(i..i + needle.len())
+                .is_some_and(|w| w.eq_ignore_ascii_case(needle))
+        })
     };
     !v.is_empty() && !names(b"json") && !names(b"event-stream")
 }
