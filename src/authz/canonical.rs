@@ -82,6 +82,15 @@ pub fn fold(s: &str) -> Cow<'_, str> {
 
 /// Whether `a` and `b` are equal once folded.
 pub fn fold_eq(a: &str, b: &str) -> bool {
+    // Most names compared differ in their first letter: two ASCII first
+    // characters that differ in more than case fold to different ones
+    // (a character that folds to an ASCII letter, `ſ` or `K`, is not
+    // ASCII itself), so the rest need not be read.
+    if let (Some(x), Some(y)) = (a.as_bytes().first(), b.as_bytes().first()) {
+        if x.is_ascii() && y.is_ascii() && !x.eq_ignore_ascii_case(y) {
+            return false;
+        }
+    }
     if a.is_ascii() && b.is_ascii() {
         return a.eq_ignore_ascii_case(b);
     }
@@ -126,6 +135,18 @@ pub fn distinct_members<S: AsRef<str>>(names: &[S]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The bytes that end a run of plain string bytes: the closing quote, an
+/// escape, or a control character (an error).
+const STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        t[c] = c < 0x20 || c == b'"' as usize || c == b'\\' as usize;
+        c += 1;
+    }
+    t
+};
 
 // ---- the walk ------------------------------------------------------------
 
@@ -348,8 +369,13 @@ impl<'a> Reader<'a> {
         self.expect(b'"')?;
         let b = self.bytes();
         let start = self.i;
-        // The common case: no escape before the closing quote.
+        // The common case: no escape before the closing quote. Plain bytes
+        // are skipped by a table (the arguments' strings are most of a
+        // call's bytes).
         loop {
+            while b.get(self.i).is_some_and(|&c| !STRING_STOP[usize::from(c)]) {
+                self.i += 1;
+            }
             match b.get(self.i) {
                 None => return Err(CanonicalError::Syntax),
                 Some(b'"') => {
@@ -397,10 +423,7 @@ impl<'a> Reader<'a> {
                     // Copy up to the next quote or backslash at once (the
                     // text is UTF-8, and both are ASCII).
                     let from = self.i;
-                    while let Some(&c) = b.get(self.i) {
-                        if c == b'"' || c == b'\\' || c < 0x20 {
-                            break;
-                        }
+                    while b.get(self.i).is_some_and(|&c| !STRING_STOP[usize::from(c)]) {
                         self.i += 1;
                     }
                     owned.push_str(&self.s[from..self.i]);
@@ -566,6 +589,20 @@ mod tests {
         assert!(!fold_starts_with("notif", "notifications/"));
         assert_eq!(fold("Delete_Repo"), "delete_repo");
         assert!(matches!(fold("plain_name"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn fold_eq_reads_past_a_first_letter_only_it_could_fold() {
+        // The first-letter shortcut decides only between two ASCII letters.
+        assert!(fold_eq("Path", "path"));
+        assert!(!fold_eq("path", "bath"));
+        assert!(!fold_eq("path", ""));
+        assert!(fold_eq("", ""));
+        // A non-ASCII first letter that folds to an ASCII one.
+        assert!(fold_eq("\u{17f}ession", "session"));
+        assert!(fold_eq("session", "\u{17f}ession"));
+        assert!(fold_eq("\u{212a}ey", "key"));
+        assert!(!fold_eq("\u{17f}ession", "version"));
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub struct Policies {
     pub origin: String,
     /// The files read, in order.
     pub files: Vec<String>,
-    actions: HashMap<&'static str, EntityUid>,
+    actions: foldhash::HashMap<&'static str, EntityUid>,
     /// The permit policies annotated `@ask`: a request they allow is held
     /// for a person's approval.
     asks: HashSet<String>,

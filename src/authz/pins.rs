@@ -175,7 +175,8 @@ pub struct CredentialPins {
 /// Every credential's pins, by credential name (loaded with the snapshot).
 #[derive(Debug, Default)]
 pub struct PinTable {
-    pub credentials: HashMap<String, CredentialPins>,
+    /// foldhash: credential names are an admin's (looked up per call).
+    pub credentials: foldhash::HashMap<String, CredentialPins>,
 }
 
 impl PinTable {

@@ -432,15 +432,16 @@ pub fn check_routing_headers(
     headers: &http::HeaderMap,
     peek: Option<&Peek<'_>>,
 ) -> Result<(), ProxyError> {
-    let one = |name: &'static str, twice: &'static str| {
+    use crate::wire::headers::{MCP_METHOD, MCP_NAME};
+    let one = |name: http::HeaderName, twice: &'static str| {
         let mut all = headers.get_all(name).iter();
         match (all.next(), all.next()) {
             (v, None) => Ok(v),
             _ => Err(ProxyError::HeaderMismatch(twice)),
         }
     };
-    let method = one("mcp-method", "Mcp-Method appears more than once")?;
-    let name = one("mcp-name", "Mcp-Name appears more than once")?;
+    let method = one(MCP_METHOD, "Mcp-Method appears more than once")?;
+    let name = one(MCP_NAME, "Mcp-Name appears more than once")?;
     check_version(headers, peek)?;
     // `Mcp-Param-*` headers are rare; finding none is one pass over the
     // (few) header names.
@@ -541,7 +542,7 @@ fn check_param_headers(headers: &http::HeaderMap, m: &Message<'_>) -> Result<(),
 /// decided under rules it does not follow. Refused as the revision says
 /// a server refuses it (400, -32020).
 fn check_version(headers: &http::HeaderMap, peek: Option<&Peek<'_>>) -> Result<(), ProxyError> {
-    let Some(header) = headers.get("mcp-protocol-version") else {
+    let Some(header) = headers.get(crate::wire::headers::MCP_PROTOCOL_VERSION) else {
         return Ok(());
     };
     for m in peek.map(Peek::messages).unwrap_or_default() {

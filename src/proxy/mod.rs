@@ -55,6 +55,7 @@ use crate::store::model::{AuditRecord, CallKey};
 use crate::telemetry::metrics::Reason;
 use crate::telemetry::trace;
 use crate::telemetry::traceparent::{RequestId, X_REQUEST_ID};
+use crate::wire::headers::MCP_PROTOCOL_VERSION;
 
 /// What the access log records of one request. Never a secret: the
 /// connection id is shortened, tokens and credential values never enter.
@@ -420,7 +421,7 @@ async fn proxy(
         .map(|id| CompactString::from(id.get()));
     let version_header = parts
         .headers
-        .get("mcp-protocol-version")
+        .get(MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok());
     access.result_type = version_header
         .or_else(|| peeked.as_ref()?.messages().first()?.protocol_version())
@@ -534,8 +535,8 @@ async fn proxy(
     // What a filter built after the answer's head needs of the request
     // (reference-counted copies).
     let (list_version, list_origin) = (
-        parts.headers.get("mcp-protocol-version").cloned(),
-        parts.headers.get("origin").cloned(),
+        parts.headers.get(MCP_PROTOCOL_VERSION).cloned(),
+        parts.headers.get(header::ORIGIN).cloned(),
     );
     drop(peeked);
     drop(snap);
@@ -920,7 +921,7 @@ fn bind_held(decided: &mut [Decided], sub_path: &str, parts: &http::request::Par
     }
     let session: Vec<&[u8]> = parts
         .headers
-        .get_all("mcp-session-id")
+        .get_all(crate::wire::headers::MCP_SESSION_ID)
         .iter()
         .map(|v| v.as_bytes())
         .collect();

@@ -32,9 +32,12 @@ pub struct Snapshot {
     /// Live callers by the SHA-256 of their token. Looking a digest up in a
     /// map reveals nothing about a token's bytes: an attacker who times the
     /// lookup learns at most about digests, which they cannot invert.
-    pub callers: HashMap<[u8; 32], Arc<Caller>>,
+    /// foldhash, not SipHash: the keys are an admin's, and a request's
+    /// lookups are the hot path's (an attacker chooses what is looked up,
+    /// never what is stored).
+    pub callers: foldhash::HashMap<[u8; 32], Arc<Caller>>,
     /// Live connections by address id.
-    pub connections: HashMap<String, Connection>,
+    pub connections: foldhash::HashMap<String, Connection>,
     /// The callers, their groups and the connections, as policy entities.
     pub entities: cedar_policy::Entities,
     /// Each credential's tool pins (`crate::authz::pins`).
@@ -146,7 +149,7 @@ impl Snapshot {
             .flat_map(|p| p.callers.values())
             .map(|c| (c.id, &c.usage))
             .collect();
-        let mut callers = HashMap::new();
+        let mut callers = foldhash::HashMap::default();
         let mut live = std::collections::HashSet::new();
         for c in store.callers().await? {
             if c.revoked_at.is_none() {
@@ -164,7 +167,7 @@ impl Snapshot {
                 );
             }
         }
-        let mut connections = HashMap::new();
+        let mut connections = foldhash::HashMap::default();
         for c in store.connections().await? {
             if c.revoked_at.is_some() || !live.contains(&c.caller_id) {
                 continue;

@@ -13,7 +13,7 @@
 //! are credential names (token refreshes). Connection ids, tokens and tool
 //! arguments never become labels.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,7 +123,7 @@ pub struct Metrics {
     token_refreshes: Mutex<BTreeMap<(String, bool), u64>>,
     /// How upstream exchanges ended, per credential: read without a lock
     /// on the request path; a credential's first exchange adds its row.
-    upstream_outcomes: arc_swap::ArcSwap<HashMap<Box<str>, Arc<OutcomeCounts>>>,
+    upstream_outcomes: arc_swap::ArcSwap<foldhash::HashMap<Box<str>, Arc<OutcomeCounts>>>,
     /// Tool definitions seen changed (or new), by credential (rare).
     tool_changes: Mutex<BTreeMap<String, u64>>,
     /// Authorization decisions by action and source ([`Decision`]).
@@ -368,7 +368,7 @@ impl Metrics {
         // A credential's first exchange since start: add its row (rare;
         // concurrent first exchanges agree on one row).
         self.upstream_outcomes.rcu(|m| {
-            let mut m = HashMap::clone(m);
+            let mut m = foldhash::HashMap::clone(m);
             m.entry(credential.into())
                 .or_insert_with(|| Arc::new(std::array::from_fn(|_| AtomicU64::new(0))));
             m

@@ -261,7 +261,7 @@ impl Span {
                 headers.insert("tracestate", v);
             }
             _ => {
-                headers.remove("tracestate");
+                headers.remove(super::traceparent::TRACESTATE);
             }
         }
     }
@@ -320,7 +320,7 @@ pub fn start_request(name: &'static str, headers: &HeaderMap) -> (RequestId, Spa
 fn tracestate(headers: &HeaderMap) -> Option<TraceState> {
     use std::str::FromStr;
     let mut joined = String::new();
-    for v in headers.get_all("tracestate") {
+    for v in headers.get_all(super::traceparent::TRACESTATE) {
         let v = v.to_str().ok()?;
         if !joined.is_empty() {
             joined.push(',');

@@ -26,7 +26,7 @@ impl TraceParent {
     /// The caller's `traceparent`, if exactly one field is present and it
     /// parses.
     pub fn from_headers(headers: &HeaderMap) -> Option<Self> {
-        let mut fields = headers.get_all("traceparent").iter();
+        let mut fields = headers.get_all(TRACEPARENT).iter();
         let value = fields.next()?;
         if fields.next().is_some() {
             return None;
@@ -64,6 +64,11 @@ impl TraceParent {
     }
 }
 
+/// The W3C request headers (named once: a `&str` lookup parses the name
+/// on every request).
+pub const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+pub const TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
 /// The response header that names the request's id, on every answer of
 /// the data plane.
 pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
@@ -83,10 +88,15 @@ impl RequestId {
         Self::from_trace_id(id)
     }
 
-    /// A random, non-zero trace id.
+    /// A random, non-zero trace id. From `fastrand` (wyrand, seeded per
+    /// thread from the process's random hash keys), not `rand`'s ChaCha:
+    /// the id joins records and is no secret (a caller picks its own
+    /// through `traceparent`), and ChaCha's block and thread-local handle
+    /// were half the request id's cost per request (bench/instructions.sh).
+    /// With traces on, the OpenTelemetry SDK draws the id instead.
     pub fn random_trace_id() -> [u8; 16] {
         loop {
-            let id: [u8; 16] = rand::random();
+            let id = fastrand::u128(..).to_le_bytes();
             if id != [0; 16] {
                 return id;
             }

@@ -23,7 +23,6 @@
 //! not run twice); an idle connection is checked without waiting before it
 //! is used, so one the upstream has closed is replaced, not written to.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{ready, Context, Poll};
@@ -236,7 +235,8 @@ struct Inner {
     connector: HttpsConnector<HttpConnector<Resolver>>,
     egress: Egress,
     idle_timeout: Duration,
-    slots: Mutex<HashMap<Key, Slot>>,
+    /// foldhash: keys are an admin's credentials and their origins.
+    slots: Mutex<foldhash::HashMap<Key, Slot>>,
 }
 
 /// The pooled client to upstreams, built once at start and shared.
@@ -271,7 +271,7 @@ impl UpstreamClient {
             connector,
             egress,
             idle_timeout,
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(foldhash::HashMap::default()),
         });
         tokio::spawn(sweep(Arc::downgrade(&inner), idle_timeout));
         UpstreamClient { inner }
@@ -362,7 +362,7 @@ impl UpstreamClient {
 }
 
 impl Inner {
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, foldhash::HashMap<Key, Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -517,6 +517,7 @@ impl Body for UpstreamBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn origins_are_keyed_without_case_as_they_compare() {

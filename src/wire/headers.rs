@@ -3,6 +3,13 @@
 
 use http::{header, HeaderMap, HeaderName};
 
+/// MCP's own request headers, named once: a lookup by a `&str` parses
+/// and checks the name again on every request.
+pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded in either
 /// direction.
 pub const HOP_BY_HOP: [HeaderName; 7] = [
