@@ -50,8 +50,8 @@ fn snapshot() -> Snapshot {
             .unwrap(),
         ),
     });
-    let mut callers = std::collections::HashMap::new();
-    let mut connections = std::collections::HashMap::new();
+    let mut callers = foldhash::HashMap::default();
+    let mut connections = foldhash::HashMap::default();
     for i in 0..1000i64 {
         let (token, id) = if i == 500 {
             (TOKEN.to_string(), CONN.to_string())
