@@ -1,7 +1,7 @@
 //! The request body: a POST's body read within `--max-body-bytes` and the
 //! process's body-memory budget, before anything is decided on it.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -30,7 +30,12 @@ pub(crate) async fn read_bounded<'m>(
         .reserve(declared.map_or(0, |n| n as usize))
         .ok_or(ProxyError::BodyMemory)?;
     let mut body = Limited::new(body, max);
-    let mut chunks: Vec<Bytes> = Vec::new();
+    // The first frame is kept as it is (most bodies are one); from the
+    // second on, frames are copied into one buffer. Kept one by one, a
+    // body sent in one-byte chunks would cost a frame's bookkeeping per
+    // byte, a hundred times what the budget above counts.
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
     let mut read = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
@@ -47,13 +52,18 @@ pub(crate) async fn read_bounded<'m>(
         if read > held.bytes() && !held.grow(read - held.bytes()) {
             return Err(ProxyError::BodyMemory);
         }
-        chunks.push(data);
+        match &mut joined {
+            Some(buf) => buf.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut buf = BytesMut::with_capacity(held.bytes().max(read));
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&data);
+                first = Bytes::new();
+                joined = Some(buf);
+            }
+        }
     }
-    // One chunk is passed on as it is; several are joined once.
-    let bytes = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().unwrap_or_default(),
-        _ => chunks.concat().into(),
-    };
+    let bytes = joined.map_or(first, BytesMut::freeze);
     Ok((bytes, held))
 }

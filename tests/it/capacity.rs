@@ -387,3 +387,35 @@ async fn a_source_whose_connections_are_all_busy_gets_503_at_its_cap() {
     assert_refusals(&p, "source_connections", 1);
     drop(busy);
 }
+
+/// A body sent one byte per chunk reaches the upstream whole, with every
+/// byte in order (the body is joined as it comes: frames after the first
+/// are copied into one buffer, not kept one by one).
+#[tokio::test]
+async fn a_body_sent_one_byte_per_chunk_reaches_the_upstream_whole() {
+    let up = Upstream::start().await;
+    let p = Proxy::start(Proxy::dir()).await;
+    let a = p.agent("gh", &up.url("/mcp"), "agent").await;
+    let path = a.url.strip_prefix(&p.base()).unwrap().to_string();
+    let call = padded_call(9, 3000);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
+         authorization: Bearer {}\r\ncontent-type: application/json\r\n\
+         transfer-encoding: chunked\r\n\r\n",
+        a.token
+    );
+    let mut s = open_request(&p, &head, b"").await;
+    for b in call.as_bytes() {
+        // One write per chunk, so that most arrive as frames of their own.
+        s.write_all(format!("1\r\n{}\r\n", *b as char).as_bytes())
+            .await
+            .unwrap();
+        s.flush().await.unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").await.unwrap();
+    let got = answer_of(s).await;
+    assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, call.as_bytes());
+}
