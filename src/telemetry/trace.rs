@@ -252,13 +252,13 @@ impl Span {
             sc.trace_flags().to_u8() & TraceFlags::SAMPLED.to_u8()
         );
         headers.insert(
-            "traceparent",
+            super::traceparent::TRACEPARENT,
             http::HeaderValue::from_str(&value).expect("hex is a header value"),
         );
         let state = sc.trace_state().header();
         match http::HeaderValue::from_str(&state) {
             Ok(v) if !state.is_empty() => {
-                headers.insert("tracestate", v);
+                headers.insert(super::traceparent::TRACESTATE, v);
             }
             _ => {
                 headers.remove(super::traceparent::TRACESTATE);

@@ -40,7 +40,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
-use super::tool_list::ListError;
+use super::tool_list::{tool_ends_at, ListError};
 use crate::authz::canonical::fold_eq;
 use crate::model::Upstream;
 use crate::wire::BoxError;
@@ -196,16 +196,14 @@ const SMALL_FRAME: usize = 64 * 1024;
 /// (`\n`, `\"`, `\u00e9`) cannot spell it, so an answer full of them
 /// streams as it came.
 fn could_spell_tools(b: &[u8]) -> bool {
-    // A NUL, 0xFE or 0xFF is in no UTF-8 JSON text: the answer is UTF-16
-    // or UTF-32 (a byte-order mark, or an ASCII letter's zero byte), which
-    // Python's `json.loads` reads and this scan would not.
-    // Two passes: what is never in UTF-8 JSON, then what ends a spelling
-    // of `tool` in any case (`l` is rarer in JSON and English than `t`:
-    // fewer stops) or starts an escape.
+    // Two passes. A NUL, 0xFE or 0xFF is in no UTF-8 JSON text: the
+    // answer is UTF-16 or UTF-32 (a byte-order mark, or an ASCII letter's
+    // zero byte), which Python's `json.loads` reads and this scan would
+    // not. Then what ends a spelling of `tool` or starts an escape.
     memchr::memchr3(0, 0xfe, 0xff, b).is_some()
         || memchr::memchr3_iter(b'l', b'L', b'\\', b).any(|i| {
             if b[i] != b'\\' {
-                return i >= 3 && b[i - 3..i].eq_ignore_ascii_case(b"too");
+                return tool_ends_at(b, i);
             }
             let Some(e) = b.get(i + 1..i + 6) else {
                 return false;

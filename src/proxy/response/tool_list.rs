@@ -422,10 +422,13 @@ fn event_end(b: &[u8]) -> Option<usize> {
 
 /// Whether `b` holds `tool` in any letter case.
 pub(crate) fn names_tools(b: &[u8]) -> bool {
-    memchr::memchr2_iter(b't', b'T', b).any(|i| {
-        b.get(i + 1..i + 4)
-            .is_some_and(|rest| rest.eq_ignore_ascii_case(b"ool"))
-    })
+    memchr::memchr2_iter(b'l', b'L', b).any(|i| tool_ends_at(b, i))
+}
+
+/// Whether the `l` at `i` ends `tool` in any letter case. Searches stop at
+/// `l`/`L` rather than `t`/`T`: JSON and English hold fewer of them.
+pub(crate) fn tool_ends_at(b: &[u8], i: usize) -> bool {
+    i >= 3 && b[i - 3..i].eq_ignore_ascii_case(b"too")
 }
 
 /// Rewrite one event: its data lines, joined, are one JSON text; a
